@@ -1,0 +1,131 @@
+/**
+ * The headers stored beside each body: the message type and its stamps.
+ *
+ * @since 0.1.0
+ */
+import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import { MessageDecodeError } from "./Errors.js"
+
+/**
+ * One entry of the redelivery history: the retry number, the delay chosen, and the error
+ * that caused it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export class Redelivery extends Schema.Class<Redelivery>("effect-outbox/Redelivery")({
+  retryCount: Schema.Int,
+  delayMs: Schema.Number,
+  errorTag: Schema.String,
+  errorMessage: Schema.String
+}) {}
+
+/**
+ * What went wrong the last time, recorded when a message moves to the failure queue.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export class ErrorDetails extends Schema.Class<ErrorDetails>("effect-outbox/ErrorDetails")({
+  tag: Schema.String,
+  message: Schema.String,
+  cause: Schema.optional(Schema.String)
+}) {}
+
+/**
+ * Stored headers. `type` is the message tag; the rest are stamps:
+ *
+ * - `transportNames` — explicit transports chosen at dispatch (overrides routing);
+ * - `delayMs` — the delay asked for at dispatch;
+ * - `redeliveries` — retry history (first entry and the last nine kept);
+ * - `handledBy` — handlers that already succeeded, skipped on retry;
+ * - `errorDetails`, `originalTransport` — set on the move to the failure queue;
+ * - `rawHeaders` — the original text when stored headers were corrupt;
+ * - `custom` — application headers.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export class Headers extends Schema.Class<Headers>("effect-outbox/Headers")({
+  type: Schema.String,
+  transportNames: Schema.optional(Schema.Array(Schema.String)),
+  delayMs: Schema.optional(Schema.Number),
+  redeliveries: Schema.optional(Schema.Array(Redelivery)),
+  handledBy: Schema.optional(Schema.Array(Schema.String)),
+  errorDetails: Schema.optional(ErrorDetails),
+  originalTransport: Schema.optional(Schema.String),
+  rawHeaders: Schema.optional(Schema.String),
+  custom: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String }))
+}) {}
+
+/**
+ * How many redelivery entries are kept (the first one and the most recent ones), so the
+ * headers cannot grow without bound under endless recoverable retries.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const redeliveryHistorySize = 10
+
+const HeadersJson = Schema.parseJson(Headers)
+const encodeJson = Schema.encodeSync(HeadersJson)
+const decodeJson = Schema.decodeUnknownEither(HeadersJson)
+
+/**
+ * Serializes headers to the JSON text stored in the `headers` column.
+ *
+ * @since 0.1.0
+ * @category codec
+ */
+export const encode = (headers: Headers): string => encodeJson(headers)
+
+/**
+ * Parses the stored `headers` column.
+ *
+ * @since 0.1.0
+ * @category codec
+ */
+export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> =>
+  decodeJson(raw).pipe(
+    Either.mapLeft((error) =>
+      new MessageDecodeError({
+        reason: "CorruptHeaders",
+        message: `Headers cannot be decoded: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+      })
+    )
+  )
+
+/**
+ * The number of retries already made (the last redelivery's count, 0 when none).
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const retryCount = (headers: Headers): number => {
+  const history = headers.redeliveries ?? []
+  return history.length === 0 ? 0 : history[history.length - 1]!.retryCount
+}
+
+/**
+ * Appends a redelivery to the history, keeping its size bounded.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const withRedelivery = (headers: Headers, redelivery: Redelivery): Headers => {
+  const history = [...(headers.redeliveries ?? []), redelivery]
+  const bounded = history.length <= redeliveryHistorySize
+    ? history
+    : [history[0]!, ...history.slice(history.length - (redeliveryHistorySize - 1))]
+  return new Headers({ ...headers, redeliveries: bounded })
+}
+
+/**
+ * Returns a copy of the headers with some fields replaced.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const patch = (headers: Headers, patch: Partial<Headers>): Headers => new Headers({ ...headers, ...patch })

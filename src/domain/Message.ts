@@ -1,0 +1,106 @@
+/**
+ * Messages are `Schema.TaggedClass`es: the tag names the type, the schema encodes the body.
+ *
+ * @since 0.1.0
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import { MessageDecodeError, MessageEncodeError } from "./Errors.js"
+
+/**
+ * Any message value: a tagged object.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Tagged {
+  readonly _tag: string
+}
+
+/**
+ * A message class: a `Schema.TaggedClass` (or any schema with a static `_tag`) whose encoding
+ * needs no services.
+ *
+ * @example
+ * ```ts
+ * class OrderPaid extends Schema.TaggedClass<OrderPaid>()("OrderPaid", {
+ *   orderId: Schema.Number, amount: Schema.Number
+ * }) {}
+ * ```
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface MessageClass<A extends Tagged = any, I = any> extends Schema.Schema<A, I, never> {
+  readonly _tag: A["_tag"]
+}
+
+/**
+ * Returns the message class of a message instance (its constructor), if it is a schema.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const classOf = (message: Tagged): MessageClass | undefined => {
+  const ctor = (message as { constructor?: unknown }).constructor
+  return Schema.isSchema(ctor) ? (ctor as unknown as MessageClass) : undefined
+}
+
+/**
+ * Encodes a message to its JSON body with its own schema. Fails with `MessageEncodeError` when
+ * the value is not a schema class instance or does not satisfy its schema.
+ *
+ * @since 0.1.0
+ * @category codec
+ */
+export const encodeBody = (message: Tagged): Effect.Effect<string, MessageEncodeError> => {
+  const schema = classOf(message)
+  if (schema === undefined) {
+    return Effect.fail(
+      new MessageEncodeError({
+        type: String(message._tag),
+        message: `Message ${String(message._tag)} is not an instance of a Schema class (use Schema.TaggedClass)`
+      })
+    )
+  }
+  return Schema.encode(Schema.parseJson(schema))(message).pipe(
+    Effect.mapError((error) =>
+      new MessageEncodeError({ type: message._tag, message: ParseResult.TreeFormatter.formatErrorSync(error) })
+    )
+  )
+}
+
+/**
+ * Decodes a stored JSON body with the message class registered for its type.
+ *
+ * @since 0.1.0
+ * @category codec
+ */
+export const decodeBody = <A extends Tagged>(
+  schema: MessageClass<A>,
+  body: string
+): Either.Either<A, MessageDecodeError> => {
+  let json: unknown
+  try {
+    json = JSON.parse(body)
+  } catch (error) {
+    return Either.left(
+      new MessageDecodeError({
+        reason: "CorruptBody",
+        type: schema._tag,
+        message: `Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`
+      })
+    )
+  }
+  return Schema.decodeUnknownEither(schema)(json).pipe(
+    Either.mapLeft((error) =>
+      new MessageDecodeError({
+        reason: "InvalidBody",
+        type: schema._tag,
+        message: ParseResult.TreeFormatter.formatErrorSync(error)
+      })
+    )
+  )
+}

@@ -1,0 +1,117 @@
+/**
+ * The retry strategy built from an Effect `Schedule` (exponential backoff by default), per transport.
+ *
+ * @since 0.1.0
+ */
+import * as Config from "effect/Config"
+import type * as ConfigError from "effect/ConfigError"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import { OutboxConfigError } from "../domain/Errors.js"
+import * as RetryDelay from "../domain/RetryDelay.js"
+import { RetryStrategy, type RetryStrategyShape } from "../services/RetryStrategy.js"
+
+/**
+ * A policy: exponential options, or any `Schedule` whose recurrences are the retries and whose
+ * delays are the waits (its input is the handler's error).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Policy = RetryDelay.ExponentialOptions | Schedule.Schedule<unknown, unknown>
+
+/**
+ * Options: the default policy and per-transport overrides.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  readonly default?: Policy
+  readonly transports?: Readonly<Record<string, Policy>>
+}
+
+const toSchedule = (policy: Policy): Effect.Effect<Schedule.Schedule<unknown, unknown>, OutboxConfigError> => {
+  if (Schedule.isSchedule(policy)) return Effect.succeed(policy as Schedule.Schedule<unknown, unknown>)
+  const options = policy as RetryDelay.ExponentialOptions
+  return Option.match(RetryDelay.validateExponential(options), {
+    onNone: () => Effect.succeed(RetryDelay.exponential(options) as Schedule.Schedule<unknown, unknown>),
+    onSome: (message) => Effect.fail(new OutboxConfigError({ message: `Invalid retry options: ${message}` }))
+  })
+}
+
+/**
+ * Builds the strategy. Defaults: 5 retries after 1 s, 3 s, 9 s, 27 s and 81 s.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (options: Options = {}): Effect.Effect<RetryStrategyShape, OutboxConfigError> =>
+  Effect.gen(function*() {
+    const fallback = yield* toSchedule(options.default ?? {})
+    const perTransport = new Map<string, Schedule.Schedule<unknown, unknown>>()
+    for (const [name, policy] of Object.entries(options.transports ?? {})) {
+      perTransport.set(name, yield* toSchedule(policy))
+    }
+    return {
+      delayFor: ({ attempt, error, transport }) =>
+        RetryDelay.delayForAttempt(perTransport.get(transport) ?? fallback, attempt, error)
+    }
+  })
+
+/**
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options: Options = {}): Layer.Layer<RetryStrategy, OutboxConfigError> =>
+  Layer.effect(RetryStrategy, make(options))
+
+/**
+ * The default strategy as a layer.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerDefault: Layer.Layer<RetryStrategy> = Layer.effect(RetryStrategy, Effect.orDie(make()))
+
+/**
+ * Reads the default policy from configuration: `OUTBOX_RETRY_MAX_RETRIES`, `OUTBOX_RETRY_DELAY`
+ * (a duration such as `1 second`), `OUTBOX_RETRY_MULTIPLIER`, `OUTBOX_RETRY_MAX_DELAY`, `OUTBOX_RETRY_JITTER`
+ * (under a prefix you can change with `Config.nested`).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  config: Config.Config<RetryDelay.ExponentialOptions> = exponentialConfig
+): Layer.Layer<RetryStrategy, OutboxConfigError | ConfigError.ConfigError> =>
+  Layer.effect(RetryStrategy, Effect.flatMap(config, (options) => make({ default: options })))
+
+/**
+ * The configuration of exponential options, each field optional.
+ *
+ * @since 0.1.0
+ * @category config
+ */
+export const exponentialConfig: Config.Config<RetryDelay.ExponentialOptions> = Config.all({
+  maxRetries: Config.option(Config.integer("MAX_RETRIES")),
+  delay: Config.option(Config.duration("DELAY")),
+  multiplier: Config.option(Config.number("MULTIPLIER")),
+  maxDelay: Config.option(Config.duration("MAX_DELAY")),
+  jitter: Config.option(Config.number("JITTER"))
+}).pipe(
+  Config.map((o) => {
+    const options: { -readonly [K in keyof RetryDelay.ExponentialOptions]: RetryDelay.ExponentialOptions[K] } = {}
+    if (Option.isSome(o.maxRetries)) options.maxRetries = o.maxRetries.value
+    if (Option.isSome(o.delay)) options.delay = o.delay.value
+    if (Option.isSome(o.multiplier)) options.multiplier = o.multiplier.value
+    if (Option.isSome(o.maxDelay)) options.maxDelay = o.maxDelay.value
+    if (Option.isSome(o.jitter)) options.jitter = o.jitter.value
+    return options
+  }),
+  Config.nested("RETRY"),
+  Config.nested("OUTBOX")
+)
+

@@ -1,0 +1,475 @@
+/**
+ * The worker: claims batches, runs the handlers, records each outcome.
+ *
+ * @since 0.1.0
+ */
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import type { Envelope, ReceivedMessage } from "../domain/Envelope.js"
+import {
+  MessageDecodeError,
+  NoHandlerForMessageError,
+  RecoverableMessageHandlingError,
+  UnrecoverableMessageHandlingError
+} from "../domain/Errors.js"
+import * as Headers from "../domain/Headers.js"
+import * as Message from "../domain/Message.js"
+import type { MessageId } from "../domain/MessageId.js"
+import { Handlers, type HandlersShape, type RegisteredHandler } from "../services/Handlers.js"
+import { RetryStrategy, type RetryStrategyShape } from "../services/RetryStrategy.js"
+import { Transport, type TransportShape } from "../services/Transport.js"
+
+/**
+ * What the worker reports about each message.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type WorkerEvent = Data.TaggedEnum<{
+  /** Every handler succeeded; the message is acked. */
+  Handled: { readonly transport: string; readonly messageId: string; readonly type: string; readonly durationMs: number }
+  /** A handler failed; the message comes back after `delayMs`. */
+  Retried: {
+    readonly transport: string
+    readonly messageId: string
+    readonly type: string
+    readonly durationMs: number
+    readonly attempt: number
+    readonly delayMs: number
+    readonly error: Headers.ErrorDetails
+  }
+  /** The message moved to the failure queue. */
+  Failed: {
+    readonly transport: string
+    readonly messageId: string
+    readonly type: string
+    readonly durationMs: number
+    readonly error: Headers.ErrorDetails
+  }
+}>
+
+/**
+ * Constructors of worker events.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const WorkerEvent = Data.taggedEnum<WorkerEvent>()
+
+/**
+ * Worker options (Symfony `messenger:consume` names where they exist).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WorkerOptions {
+  /** Transports to consume, by priority: the first is drained before the next is looked at. */
+  readonly transports: ReadonlyArray<string>
+  /** Messages claimed per round trip (default 50). */
+  readonly batchSize?: number
+  /** Messages handled at once (default 1, which keeps `(available_at, id)` order). */
+  readonly concurrency?: number
+  /** Wait between polls when every transport is empty (default 1 second). */
+  readonly sleep?: Duration.DurationInput
+  /** Stop after this many messages were processed (handled, retried or failed). */
+  readonly limit?: number
+  /** Stop as soon as a poll of every transport finds nothing ready. */
+  readonly stopWhenEmpty?: boolean
+  /** Called after each outcome is recorded. */
+  readonly onEvent?: (event: WorkerEvent) => Effect.Effect<void>
+}
+
+/**
+ * Counts of a worker run.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WorkerSummary {
+  readonly handled: number
+  readonly retried: number
+  readonly failed: number
+}
+
+class StopWorker extends Data.TaggedError("StopWorker") {}
+
+const maxCauseLength = 4000
+
+/**
+ * Describes a handler failure for the headers: tag, message and (bounded) cause with stack.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails => {
+  const failure = Cause.failureOption(cause)
+  const value = Option.isSome(failure) ? failure.value : Option.getOrUndefined(Cause.dieOption(cause))
+  const tag = typeof value === "object" && value !== null
+    ? String((value as { _tag?: unknown })._tag ?? (value as { name?: unknown }).name ?? "Error")
+    : Option.isSome(failure)
+    ? "Failure"
+    : "Defect"
+  const message = typeof value === "object" && value !== null && "message" in value
+    ? String((value as { message: unknown }).message)
+    : String(value)
+  const pretty = Cause.pretty(cause)
+  return new Headers.ErrorDetails({
+    tag: Option.isSome(failure) ? tag : Cause.isInterruptedOnly(cause) ? "Interrupted" : tag,
+    message,
+    cause: pretty.length > maxCauseLength ? `${pretty.slice(0, maxCauseLength)}…` : pretty
+  })
+}
+
+type Decoded = {
+  readonly envelope: Envelope
+  readonly handlers: ReadonlyArray<RegisteredHandler>
+}
+
+const decode = (
+  row: ReceivedMessage,
+  registry: HandlersShape
+): Either.Either<Decoded, { readonly headers: Headers.Headers; readonly error: MessageDecodeError | NoHandlerForMessageError }> => {
+  const headersResult = Headers.decode(row.headers)
+  if (Either.isLeft(headersResult)) {
+    return Either.left({
+      headers: new Headers.Headers({ type: guessType(row.headers), rawHeaders: row.headers }),
+      error: headersResult.left
+    })
+  }
+  const headers = headersResult.right
+  const cls = registry.messageClass(headers.type)
+  if (cls === undefined) {
+    return Either.left({
+      headers,
+      error: new MessageDecodeError({
+        reason: "UnknownType",
+        type: headers.type,
+        message: `Unknown message type ${JSON.stringify(headers.type)}: no message class is registered for it`
+      })
+    })
+  }
+  const message = Message.decodeBody(cls, row.body)
+  if (Either.isLeft(message)) return Either.left({ headers, error: message.left })
+  const handlers = registry.handlersFor(headers.type, row.transport)
+  if (handlers.length === 0) {
+    return Either.left({
+      headers,
+      error: new NoHandlerForMessageError({
+        type: headers.type,
+        transport: row.transport,
+        message: `No handler for ${headers.type} received from transport ${row.transport}`
+      })
+    })
+  }
+  return Either.right({
+    envelope: {
+      message: message.right,
+      messageId: row.messageId as MessageId,
+      headers,
+      transport: row.transport,
+      transportId: row.id,
+      deliveries: row.deliveries
+    },
+    handlers
+  })
+}
+
+const guessType = (raw: string): string => {
+  try {
+    const parsed = JSON.parse(raw) as unknown
+    if (typeof parsed === "object" && parsed !== null && typeof (parsed as { type?: unknown }).type === "string") {
+      return (parsed as { type: string }).type
+    }
+  } catch {
+    // corrupt JSON: the type is unknown
+  }
+  return "<unknown>"
+}
+
+type Outcome =
+  | { readonly _tag: "Ack"; readonly type: string }
+  | { readonly _tag: "Retry"; readonly type: string; readonly attempt: number; readonly delay: Duration.Duration; readonly headers: Headers.Headers; readonly error: Headers.ErrorDetails }
+  | { readonly _tag: "Fail"; readonly type: string; readonly headers: Headers.Headers; readonly error: Headers.ErrorDetails }
+  | { readonly _tag: "Release" }
+
+const decideFailure = (
+  transport: string,
+  headers: Headers.Headers,
+  handledBy: ReadonlyArray<string>,
+  causes: ReadonlyArray<Cause.Cause<unknown>>,
+  strategy: RetryStrategyShape
+): Effect.Effect<Outcome> =>
+  Effect.gen(function*() {
+    const failures = causes.map((c) => Option.getOrUndefined(Cause.failureOption(c)))
+    const recoverable = failures.filter((e): e is RecoverableMessageHandlingError =>
+      e instanceof RecoverableMessageHandlingError
+    )
+    const allUnrecoverable = failures.every((e) => e instanceof UnrecoverableMessageHandlingError)
+    const error = errorDetails(recoverable.length > 0 ? Cause.fail(recoverable[0]) : causes[0]!)
+    const base = Headers.patch(headers, handledBy.length > 0 ? { handledBy } : {})
+    const attempt = Headers.retryCount(headers) + 1
+    const toFail = (): Outcome => ({
+      _tag: "Fail",
+      type: headers.type,
+      error,
+      headers: Headers.patch(base, { errorDetails: error })
+    })
+    const toRetry = (delay: Duration.Duration): Outcome => ({
+      _tag: "Retry",
+      type: headers.type,
+      attempt,
+      delay,
+      error,
+      headers: Headers.withRedelivery(
+        base,
+        new Headers.Redelivery({
+          retryCount: attempt,
+          delayMs: Duration.toMillis(delay),
+          errorTag: error.tag,
+          errorMessage: error.message
+        })
+      )
+    })
+    if (recoverable.length > 0) {
+      const explicit = recoverable.flatMap((e) => (e.retryDelay === undefined ? [] : [e.retryDelay]))
+      if (explicit.length > 0) return toRetry(explicit.reduce((a, b) => Duration.min(a, b)))
+      const planned = yield* strategy.delayFor({ transport, attempt, error: recoverable[0] })
+      return toRetry(Option.getOrElse(planned, () => lastDelay(headers)))
+    }
+    if (allUnrecoverable) return toFail()
+    const planned = yield* strategy.delayFor({ transport, attempt, error: failures[0] })
+    return Option.match(planned, { onNone: toFail, onSome: toRetry })
+  })
+
+const lastDelay = (headers: Headers.Headers): Duration.Duration => {
+  const history = headers.redeliveries ?? []
+  return history.length === 0 ? Duration.seconds(1) : Duration.millis(history[history.length - 1]!.delayMs)
+}
+
+/**
+ * Handles one claimed message and decides its outcome. Never fails: every error of a handler
+ * becomes an outcome. Handlers that already succeeded on an earlier delivery are skipped.
+ *
+ * @since 0.1.0
+ * @category internals
+ */
+const handleOne = (
+  row: ReceivedMessage,
+  registry: HandlersShape,
+  strategy: RetryStrategyShape
+): Effect.Effect<Outcome> =>
+  Effect.gen(function*() {
+    const decoded = decode(row, registry)
+    if (Either.isLeft(decoded)) {
+      const { error, headers } = decoded.left
+      const details = errorDetails(Cause.fail(error))
+      return {
+        _tag: "Fail",
+        type: headers.type,
+        error: details,
+        headers: Headers.patch(headers, { errorDetails: details })
+      } satisfies Outcome
+    }
+    const { envelope, handlers } = decoded.right
+    const done = new Set(envelope.headers.handledBy ?? [])
+    const handledBy = [...done]
+    const causes: Array<Cause.Cause<unknown>> = []
+    for (const h of handlers) {
+      if (done.has(h.name)) continue
+      const exit = yield* Effect.exit(Effect.suspend(() => h.handle(envelope.message, envelope)))
+      if (Exit.isSuccess(exit)) {
+        handledBy.push(h.name)
+      } else if (Cause.isInterruptedOnly(exit.cause)) {
+        return { _tag: "Release" } satisfies Outcome
+      } else {
+        causes.push(exit.cause)
+      }
+    }
+    if (causes.length === 0) return { _tag: "Ack", type: envelope.headers.type } satisfies Outcome
+    return yield* decideFailure(row.transport, envelope.headers, handledBy, causes, strategy)
+  })
+
+/**
+ * Runs the worker until a limit stops it (or forever). Transport failures — the database down,
+ * connections killed — are logged and the loop restarts with exponential backoff (100 ms up to
+ * 10 s); messages it held come back after their lease.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const run = (
+  options: WorkerOptions
+): Effect.Effect<WorkerSummary, never, Transport | Handlers | RetryStrategy> =>
+  Effect.gen(function*() {
+    const transport = yield* Transport
+    const registry = yield* Handlers
+    const strategy = yield* RetryStrategy
+    const counts = yield* Ref.make<WorkerSummary>({ handled: 0, retried: 0, failed: 0 })
+    const loop = consumeLoop(options, transport, registry, strategy, counts).pipe(
+      Effect.tapErrorCause((cause) =>
+        Cause.isInterruptedOnly(cause)
+          ? Effect.void
+          : Effect.logError("outbox worker: transport failure, restarting the loop", cause)
+      ),
+      Effect.retry(
+        Schedule.exponential("100 millis").pipe(
+          Schedule.union(Schedule.spaced("10 seconds")),
+          Schedule.resetAfter("1 minute")
+        )
+      ),
+      Effect.catchTag("StopWorker", () => Effect.void),
+      Effect.catchAllCause((cause) => Effect.logError("outbox worker stopped on an unexpected error", cause))
+    )
+    yield* loop.pipe(Effect.annotateLogs({ worker: "effect-outbox" }))
+    return yield* Ref.get(counts)
+  })
+
+const consumeLoop = (
+  options: WorkerOptions,
+  transport: TransportShape,
+  registry: HandlersShape,
+  strategy: RetryStrategyShape,
+  counts: Ref.Ref<WorkerSummary>
+) =>
+  Effect.gen(function*() {
+    const batchSize = Math.max(1, Math.floor(options.batchSize ?? 50))
+    const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
+    const sleep = Duration.decode(options.sleep ?? "1 second")
+    const limit = options.limit ?? Number.POSITIVE_INFINITY
+    const processed = () => Effect.map(Ref.get(counts), (c) => c.handled + c.retried + c.failed)
+
+    while (true) {
+      let found = false
+      for (const name of options.transports) {
+        const remaining = limit - (yield* processed())
+        if (remaining <= 0) return yield* new StopWorker()
+        const batch = yield* transport.claim(name, Math.min(batchSize, remaining))
+        if (batch.length === 0) continue
+        found = true
+        yield* processBatch(name, batch, concurrency, transport, registry, strategy, counts, options.onEvent)
+        break
+      }
+      if ((yield* processed()) >= limit) return yield* new StopWorker()
+      if (!found) {
+        if (options.stopWhenEmpty === true) return yield* new StopWorker()
+        yield* Effect.sleep(sleep)
+      }
+    }
+  })
+
+const processBatch = (
+  name: string,
+  batch: ReadonlyArray<ReceivedMessage>,
+  concurrency: number,
+  transport: TransportShape,
+  registry: HandlersShape,
+  strategy: RetryStrategyShape,
+  counts: Ref.Ref<WorkerSummary>,
+  onEvent: WorkerOptions["onEvent"]
+) =>
+  Effect.gen(function*() {
+    const held = new Set(batch.map((row) => row.id))
+    const acks: Array<string> = []
+    const heartbeat = Option.match(transport.lease(name), {
+      onNone: () => Effect.never,
+      onSome: (lease) =>
+        Effect.suspend(() => transport.keepalive(name, Array.from(held))).pipe(
+          Effect.catchAll((error) => Effect.logWarning("outbox worker: lease renewal failed", error)),
+          Effect.repeat(Schedule.spaced(Duration.millis(Math.max(10, Duration.toMillis(lease) / 3)))),
+          Effect.delay(Duration.millis(Math.max(10, Duration.toMillis(lease) / 3)))
+        )
+    })
+    const heartbeatFiber = yield* Effect.forkDaemon(heartbeat)
+
+    const record = (row: ReceivedMessage, outcome: Outcome, durationMs: number) =>
+      Effect.gen(function*() {
+        switch (outcome._tag) {
+          case "Release":
+            return
+          case "Ack": {
+            acks.push(row.id)
+            held.delete(row.id)
+            yield* Ref.update(counts, (c) => ({ ...c, handled: c.handled + 1 }))
+            if (onEvent) {
+              yield* onEvent(WorkerEvent.Handled({ transport: name, messageId: row.messageId, type: outcome.type, durationMs }))
+            }
+            return
+          }
+          case "Retry": {
+            yield* transport.retry(name, row.id, { delay: outcome.delay, headers: Headers.encode(outcome.headers) })
+            held.delete(row.id)
+            yield* Ref.update(counts, (c) => ({ ...c, retried: c.retried + 1 }))
+            yield* Effect.logWarning(
+              `outbox worker: retry #${outcome.attempt} of ${outcome.type} ${row.messageId} in ${Duration.format(outcome.delay)}: ${outcome.error.tag}: ${outcome.error.message}`
+            )
+            if (onEvent) {
+              yield* onEvent(WorkerEvent.Retried({
+                transport: name,
+                messageId: row.messageId,
+                type: outcome.type,
+                durationMs,
+                attempt: outcome.attempt,
+                delayMs: Duration.toMillis(outcome.delay),
+                error: outcome.error
+              }))
+            }
+            return
+          }
+          case "Fail": {
+            yield* transport.fail(name, row.id, { headers: Headers.encode(outcome.headers) })
+            held.delete(row.id)
+            yield* Ref.update(counts, (c) => ({ ...c, failed: c.failed + 1 }))
+            yield* Effect.logError(
+              `outbox worker: ${outcome.type} ${row.messageId} moved to the failure queue: ${outcome.error.tag}: ${outcome.error.message}`
+            )
+            if (onEvent) {
+              yield* onEvent(WorkerEvent.Failed({
+                transport: name,
+                messageId: row.messageId,
+                type: outcome.type,
+                durationMs,
+                error: outcome.error
+              }))
+            }
+            return
+          }
+        }
+      })
+
+    const one = (row: ReceivedMessage) =>
+      Effect.gen(function*() {
+        const started = yield* Clock.currentTimeMillis
+        const outcome = yield* handleOne(row, registry, strategy)
+        const durationMs = (yield* Clock.currentTimeMillis) - started
+        yield* record(row, outcome, durationMs)
+      }).pipe(Effect.uninterruptible)
+
+    const flushAcks = Effect.suspend(() => {
+      const ids = acks.splice(0, acks.length)
+      return transport.ack(name, ids).pipe(
+        Effect.retry(Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(5))))
+      )
+    })
+
+    yield* Effect.forEach(batch, one, { concurrency, discard: true }).pipe(
+      Effect.ensuring(
+        Effect.gen(function*() {
+          yield* Fiber.interrupt(heartbeatFiber)
+          yield* flushAcks.pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
+          // Messages claimed but not started (shutdown) go back at once.
+          if (held.size > 0) {
+            yield* transport.release(name, Array.from(held)).pipe(Effect.catchAll(() => Effect.void))
+          }
+        })
+      )
+    )
+  })

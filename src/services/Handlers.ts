@@ -1,0 +1,184 @@
+/**
+ * The handler registry: which handlers run for which message type, from which transport.
+ *
+ * @since 0.1.0
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type { Envelope } from "../domain/Envelope.js"
+import { OutboxConfigError } from "../domain/Errors.js"
+import type { MessageClass, Tagged } from "../domain/Message.js"
+
+/**
+ * A handler of one message type. Its error channel decides the outcome:
+ * `UnrecoverableMessageHandlingError` sends the message to the failure queue at once,
+ * `RecoverableMessageHandlingError` always retries, anything else goes through the retry strategy.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Handler<A extends Tagged, E, R> {
+  readonly message: MessageClass<A>
+  /** Unique name; it records which handlers already succeeded so that a retry skips them. */
+  readonly name: string
+  /** When set, the handler only runs for messages received from this transport. */
+  readonly fromTransport?: string | undefined
+  readonly handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>
+}
+
+/**
+ * @since 0.1.0
+ */
+export declare namespace Handler {
+  /**
+   * The services a set of handlers needs.
+   *
+   * @since 0.1.0
+   */
+  export type Context<H> = H extends Handler<any, any, infer R> ? R : never
+  /**
+   * Any handler.
+   *
+   * @since 0.1.0
+   */
+  export type Any = Handler<any, any, any>
+}
+
+/**
+ * Options of a handler registration.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface HandlerOptions {
+  /** Defaults to the message tag (plus `#2`, `#3`, … for further handlers of the same type). */
+  readonly name?: string
+  readonly fromTransport?: string
+}
+
+/**
+ * Declares a handler for a message class.
+ *
+ * @example
+ * ```ts
+ * const onPaid = Handlers.handler(OrderPaid, (paid) => Effect.log(`paid ${paid.orderId}`))
+ * ```
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const handler = <A extends Tagged, I, E, R>(
+  message: MessageClass<A, I>,
+  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
+  options: HandlerOptions = {}
+): Handler<A, E, R> => ({
+  message,
+  name: options.name ?? "",
+  fromTransport: options.fromTransport,
+  handle
+})
+
+/**
+ * A registered handler with its services already provided.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RegisteredHandler {
+  readonly name: string
+  readonly fromTransport: string | undefined
+  readonly handle: (message: Tagged, envelope: Envelope) => Effect.Effect<void, unknown>
+}
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface HandlersShape {
+  /** The message class registered for a type tag. */
+  readonly messageClass: (type: string) => MessageClass | undefined
+  /** The handlers that run for a type received from a transport, in registration order. */
+  readonly handlersFor: (type: string, transport: string) => ReadonlyArray<RegisteredHandler>
+  /** All registered type tags. */
+  readonly types: ReadonlyArray<string>
+}
+
+/**
+ * The handler registry service.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Handlers extends Context.Tag("effect-outbox/Handlers")<Handlers, HandlersShape>() {}
+
+/**
+ * Builds the registry. Handlers' services are taken from the context now. Fails with
+ * `OutboxConfigError` on duplicate handler names or two different classes with one tag.
+ * `messages` registers classes that may be received but have no handler here (they are decoded,
+ * then reported as having no handler rather than as an unknown type).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
+  handlers: Hs,
+  options: { readonly messages?: ReadonlyArray<MessageClass> } = {}
+): Effect.Effect<HandlersShape, OutboxConfigError, Handler.Context<Hs[number]>> =>
+  Effect.gen(function*() {
+    const context = yield* Effect.context<Handler.Context<Hs[number]>>()
+    const classes = new Map<string, MessageClass>()
+    const byType = new Map<string, Array<RegisteredHandler>>()
+    const names = new Set<string>()
+    const registerClass = (cls: MessageClass) => {
+      const tag = cls._tag
+      if (typeof tag !== "string" || tag.length === 0) {
+        return Effect.fail(new OutboxConfigError({ message: `A message class has no _tag; use Schema.TaggedClass` }))
+      }
+      const known = classes.get(tag)
+      if (known !== undefined && known !== cls) {
+        return Effect.fail(new OutboxConfigError({ message: `Two different message classes use the tag ${tag}` }))
+      }
+      classes.set(tag, cls)
+      return Effect.void
+    }
+    for (const cls of options.messages ?? []) yield* registerClass(cls)
+    for (const h of handlers) {
+      yield* registerClass(h.message)
+      const tag = h.message._tag as string
+      const list = byType.get(tag) ?? []
+      const name = h.name !== "" ? h.name : list.length === 0 ? tag : `${tag}#${list.length + 1}`
+      if (names.has(name)) {
+        return yield* new OutboxConfigError({ message: `Duplicate handler name ${name}` })
+      }
+      names.add(name)
+      list.push({
+        name,
+        fromTransport: h.fromTransport,
+        handle: (message, envelope) =>
+          Effect.provide(
+            h.handle(message, envelope as Envelope<any>) as Effect.Effect<void, unknown, Handler.Context<Hs[number]>>,
+            context
+          )
+      })
+      byType.set(tag, list)
+    }
+    return {
+      messageClass: (type) => classes.get(type),
+      handlersFor: (type, transport) =>
+        (byType.get(type) ?? []).filter((h) => h.fromTransport === undefined || h.fromTransport === transport),
+      types: Array.from(classes.keys())
+    }
+  })
+
+/**
+ * A layer of the registry from a list of handlers.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = <const Hs extends ReadonlyArray<Handler.Any>>(
+  handlers: Hs,
+  options: { readonly messages?: ReadonlyArray<MessageClass> } = {}
+): Layer.Layer<Handlers, OutboxConfigError, Handler.Context<Hs[number]>> =>
+  Layer.effect(Handlers, make(handlers, options))

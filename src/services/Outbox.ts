@@ -1,0 +1,138 @@
+/**
+ * Dispatch: store a message in the caller's transaction.
+ *
+ * @since 0.1.0
+ */
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type { OutgoingMessage } from "../domain/Envelope.js"
+import type { TransportError, UnknownTransportError } from "../domain/Errors.js"
+import { MessageEncodeError } from "../domain/Errors.js"
+import * as Headers from "../domain/Headers.js"
+import * as Message from "../domain/Message.js"
+import * as MessageId from "../domain/MessageId.js"
+import * as Routing from "../domain/Routing.js"
+import { Transport } from "./Transport.js"
+
+/**
+ * Options of one dispatch.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface DispatchOptions {
+  /** Not delivered before this delay has passed (database clock). */
+  readonly delay?: Duration.DurationInput
+  /** Send to exactly these transports, overriding routing. */
+  readonly transportNames?: ReadonlyArray<string>
+  /** Application headers stored with the message. */
+  readonly headers?: Readonly<Record<string, string>>
+}
+
+/**
+ * Errors of dispatch.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type DispatchError = MessageEncodeError | TransportError | UnknownTransportError
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface OutboxShape {
+  /**
+   * Encodes the message with its schema, assigns a UUIDv7 id, applies routing and stores it through
+   * the transport on the caller's connection — inside the caller's `sql.withTransaction` when there is
+   * one, so the message exists if and only if the transaction commits.
+   */
+  readonly dispatch: <A extends Message.Tagged>(
+    message: A,
+    options?: DispatchOptions
+  ) => Effect.Effect<MessageId.MessageId, DispatchError>
+  /** Dispatches several messages with one write per transport. Ids are in input order. */
+  readonly dispatchAll: (
+    messages: ReadonlyArray<Message.Tagged>,
+    options?: DispatchOptions
+  ) => Effect.Effect<ReadonlyArray<MessageId.MessageId>, DispatchError>
+}
+
+/**
+ * The outbox service.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Outbox extends Context.Tag("effect-outbox/Outbox")<Outbox, OutboxShape>() {}
+
+const prepare = (
+  message: Message.Tagged,
+  options: DispatchOptions
+): Effect.Effect<OutgoingMessage, MessageEncodeError> =>
+  Effect.gen(function*() {
+    const delay = options.delay === undefined ? 0 : Duration.toMillis(Duration.decode(options.delay))
+    if (!(delay >= 0) || !Number.isFinite(delay)) {
+      return yield* new MessageEncodeError({ type: message._tag, message: `Invalid delay: ${String(options.delay)}` })
+    }
+    const body = yield* Message.encodeBody(message)
+    const headers = new Headers.Headers({
+      type: message._tag,
+      ...(options.transportNames !== undefined ? { transportNames: options.transportNames } : {}),
+      ...(delay > 0 ? { delayMs: delay } : {}),
+      ...(options.headers !== undefined ? { custom: options.headers } : {})
+    })
+    return { messageId: MessageId.make(), type: message._tag, body, headers: Headers.encode(headers), delayMs: delay }
+  })
+
+/**
+ * Builds the outbox over the `Transport` service with a routing table.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (routing: Routing.Routing = {}): Effect.Effect<OutboxShape, never, Transport> =>
+  Effect.gen(function*() {
+    const transport = yield* Transport
+    const dispatchAll = (messages: ReadonlyArray<Message.Tagged>, options: DispatchOptions = {}) =>
+      Effect.gen(function*() {
+        const prepared = yield* Effect.forEach(messages, (m) => prepare(m, options))
+        const byTransport = new Map<string, Array<OutgoingMessage>>()
+        for (const outgoing of prepared) {
+          for (const name of Routing.resolve(routing, outgoing.type, options.transportNames)) {
+            const list = byTransport.get(name) ?? []
+            list.push(outgoing)
+            byTransport.set(name, list)
+          }
+        }
+        for (const [name, list] of byTransport) yield* transport.send(name, list)
+        return prepared.map((p) => p.messageId)
+      })
+    return {
+      dispatch: (message, options) => Effect.map(dispatchAll([message], options), (ids) => ids[0]!),
+      dispatchAll
+    }
+  })
+
+/**
+ * The outbox layer.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (routing: Routing.Routing = {}): Layer.Layer<Outbox, never, Transport> =>
+  Layer.effect(Outbox, make(routing))
+
+/**
+ * Dispatches through the `Outbox` service in the context.
+ *
+ * @since 0.1.0
+ * @category accessors
+ */
+export const dispatch = <A extends Message.Tagged>(
+  message: A,
+  options?: DispatchOptions
+): Effect.Effect<MessageId.MessageId, DispatchError, Outbox> =>
+  Effect.flatMap(Outbox, (outbox) => outbox.dispatch(message, options))
