@@ -221,7 +221,7 @@ const decideFailure = (
       _tag: "Fail",
       type: headers.type,
       error,
-      headers: Headers.patch(base, { errorDetails: error })
+      headers: Headers.patch(base, { errorDetails: error, originalTransport: headers.originalTransport ?? transport })
     })
     const toRetry = (delay: Duration.Duration): Outcome => ({
       _tag: "Retry",
@@ -276,7 +276,10 @@ const handleOne = (
         _tag: "Fail",
         type: headers.type,
         error: details,
-        headers: Headers.patch(headers, { errorDetails: details })
+        headers: Headers.patch(headers, {
+          errorDetails: details,
+          originalTransport: headers.originalTransport ?? row.transport
+        })
       } satisfies Outcome
     }
     const { envelope, handlers } = decoded.right
@@ -315,17 +318,18 @@ export const run = (
     const strategy = yield* RetryStrategy
     const counts = yield* Ref.make<WorkerSummary>({ handled: 0, retried: 0, failed: 0 })
     const loop = consumeLoop(options, transport, registry, strategy, counts).pipe(
-      Effect.tapErrorCause((cause) =>
-        Cause.isInterruptedOnly(cause)
+      Effect.tapError((error) =>
+        error._tag === "StopWorker"
           ? Effect.void
-          : Effect.logError("outbox worker: transport failure, restarting the loop", cause)
+          : Effect.logError("outbox worker: transport failure, restarting the loop", error)
       ),
-      Effect.retry(
-        Schedule.exponential("100 millis").pipe(
+      Effect.retry({
+        schedule: Schedule.exponential("100 millis").pipe(
           Schedule.union(Schedule.spaced("10 seconds")),
           Schedule.resetAfter("1 minute")
-        )
-      ),
+        ),
+        while: (error) => error._tag !== "StopWorker"
+      }),
       Effect.catchTag("StopWorker", () => Effect.void),
       Effect.catchAllCause((cause) => Effect.logError("outbox worker stopped on an unexpected error", cause))
     )
