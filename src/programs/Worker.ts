@@ -104,6 +104,9 @@ class StopWorker extends Data.TaggedError("StopWorker") {}
 
 const maxCauseLength = 4000
 
+/** How often finished messages are acked while the rest of a batch runs. */
+const ackInterval = Duration.millis(25)
+
 /**
  * Describes a handler failure for the headers: tag, message and (bounded) cause with stack.
  *
@@ -381,7 +384,10 @@ const processBatch = (
   onEvent: WorkerOptions["onEvent"]
 ) =>
   Effect.gen(function*() {
+    // held: claimed and not yet settled in storage (its lease is renewed);
+    // unstarted: claimed but not handed to a handler (given back at once on shutdown).
     const held = new Set(batch.map((row) => row.id))
+    const unstarted = new Set(held)
     const acks: Array<string> = []
     const heartbeat = Option.match(transport.lease(name), {
       onNone: () => Effect.never,
@@ -398,10 +404,10 @@ const processBatch = (
       Effect.gen(function*() {
         switch (outcome._tag) {
           case "Release":
+            unstarted.add(row.id)
             return
           case "Ack": {
             acks.push(row.id)
-            held.delete(row.id)
             yield* Ref.update(counts, (c) => ({ ...c, handled: c.handled + 1 }))
             if (onEvent) {
               yield* onEvent(WorkerEvent.Handled({ transport: name, messageId: row.messageId, type: outcome.type, durationMs }))
@@ -451,27 +457,39 @@ const processBatch = (
 
     const one = (row: ReceivedMessage) =>
       Effect.gen(function*() {
+        unstarted.delete(row.id)
         const started = yield* Clock.currentTimeMillis
         const outcome = yield* handleOne(row, registry, strategy)
         const durationMs = (yield* Clock.currentTimeMillis) - started
         yield* record(row, outcome, durationMs)
       }).pipe(Effect.uninterruptible)
 
+    // Acks are written in batches: by a background flush while handlers run (so a slow batch does
+    // not hold finished messages) and once more when the batch ends.
     const flushAcks = Effect.suspend(() => {
       const ids = acks.splice(0, acks.length)
       return transport.ack(name, ids).pipe(
-        Effect.retry(Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(5))))
+        Effect.retry(Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(5)))),
+        Effect.tap(() => ids.forEach((id) => held.delete(id)))
       )
     })
+    const flusher = yield* Effect.forkDaemon(
+      flushAcks.pipe(
+        Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, will retry", error)),
+        Effect.repeat(Schedule.spaced(ackInterval)),
+        Effect.delay(ackInterval)
+      )
+    )
 
     yield* Effect.forEach(batch, one, { concurrency, discard: true }).pipe(
       Effect.ensuring(
         Effect.gen(function*() {
-          yield* Fiber.interrupt(heartbeatFiber)
+          yield* Fiber.interrupt(flusher)
           yield* flushAcks.pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
-          // Messages claimed but not started (shutdown) go back at once.
-          if (held.size > 0) {
-            yield* transport.release(name, Array.from(held)).pipe(Effect.catchAll(() => Effect.void))
+          yield* Fiber.interrupt(heartbeatFiber)
+          // Messages claimed but not started (shutdown, or a failure mid-batch) go back at once.
+          if (unstarted.size > 0) {
+            yield* transport.release(name, Array.from(unstarted)).pipe(Effect.catchAll(() => Effect.void))
           }
         })
       )

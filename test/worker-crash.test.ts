@@ -1,0 +1,131 @@
+/**
+ * Crash recovery against a real PostgreSQL and a real worker process killed with SIGKILL.
+ */
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { spawn } from "node:child_process"
+import * as readline from "node:readline"
+import * as Worker from "../src/programs/Worker.js"
+import * as Handlers from "../src/services/Handlers.js"
+import * as Outbox from "../src/services/Outbox.js"
+import { createDatabase } from "./support/database.js"
+import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
+import { OrderPaid } from "./support/messages.js"
+
+let url = ""
+beforeAll(async () => {
+  url = await createDatabase("crash")
+})
+
+const withPg = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+  Effect.provide(self, Layer.orDie(pgLayer(url)))
+
+/** Starts the hanging worker and resolves with the process once its handler has started a message. */
+const startHangingWorker = (table: string, leaseMs: number) =>
+  Effect.async<{ readonly pid: number; readonly messageId: string; readonly exited: Promise<number | null> }, Error>(
+    (resume) => {
+      const child = spawn(process.execPath, ["--import", "tsx", "test/fixtures/hanging-worker.ts", url, table, String(leaseMs)], {
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      const exited = new Promise<number | null>((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? -1 : null))))
+      readline.createInterface({ input: child.stdout! }).on("line", (line) => {
+        const match = /^STARTED (\S+)/.exec(line)
+        if (match) resume(Effect.succeed({ pid: child.pid!, messageId: match[1]!, exited }))
+      })
+      child.on("error", (error) => resume(Effect.fail(error)))
+      return Effect.sync(() => child.kill("SIGKILL"))
+    }
+  )
+
+describe("crash recovery", () => {
+  it.live("a message held by a worker killed with SIGKILL is redelivered after redeliverTimeout, nothing lost", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("crash")
+      const lease = 5_000
+      const handled: Array<string> = []
+      const stack = outboxStack({
+        table,
+        transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
+        handlers: [Handlers.handler(OrderPaid, (_m, envelope) => Effect.sync(() => handled.push(envelope.messageId)))]
+      })
+      yield* Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const ids = yield* outbox.dispatchAll([1, 2, 3].map((orderId) => new OrderPaid({ orderId, amount: 1 })))
+        const worker = yield* startHangingWorker(table, lease)
+        expect(worker.messageId).toBe(ids[0])
+        process.kill(worker.pid, "SIGKILL")
+        expect(yield* Effect.promise(() => worker.exited)).toBe(-1)
+
+        // The dead worker's claim still holds all three messages: nothing is claimable yet.
+        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toEqual({ handled: 0, retried: 0, failed: 0 })
+        const held = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE delivered_at IS NOT NULL`
+        expect(held[0]!.n).toBe(3)
+
+        // Fake the passage of one lease.
+        yield* sql`UPDATE ${sql(table)} SET delivered_at = delivered_at - ${lease + 100}::float8 * interval '1 millisecond'`
+        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toEqual({ handled: 3, retried: 0, failed: 0 })
+        expect(handled).toEqual(ids)
+        const left = yield* sql`SELECT 1 FROM ${sql(table)}`
+        expect(left.length).toBe(0)
+      }).pipe(Effect.provide(stack))
+    })), 60_000)
+
+  it.live("a healthy handler running several leases long is never redelivered (lease heartbeat)", () =>
+    withPg(Effect.gen(function*() {
+      const table = uniqueTable("heartbeat")
+      const lease = 600
+      let calls = 0
+      const stack = outboxStack({
+        table,
+        transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
+        handlers: [Handlers.handler(OrderPaid, () =>
+          Effect.sync(() => calls++).pipe(Effect.zipRight(Effect.sleep(Duration.millis(lease * 4)))))]
+      })
+      yield* Effect.gen(function*() {
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }))
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 2, amount: 1 }))
+        const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
+        // A second worker polls all along; it must never get either message (the second one waits in the batch).
+        const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
+          Effect.timeout(Duration.millis(lease * 7)),
+          Effect.option
+        )
+        expect(rival._tag).toBe("None")
+        expect(yield* slow.await.pipe(Effect.flatten)).toEqual({ handled: 2, retried: 0, failed: 0 })
+        expect(calls).toBe(2)
+      }).pipe(Effect.provide(stack))
+    })), 60_000)
+
+  it.live("the worker survives its connections being killed and handles everything", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("terminate")
+      const handled = new Map<number, number>()
+      const stack = outboxStack({
+        table,
+        handlers: [Handlers.handler(OrderPaid, (m) =>
+          Effect.sync(() => handled.set(m.orderId, (handled.get(m.orderId) ?? 0) + 1)).pipe(
+            Effect.zipRight(Effect.sleep("2 millis"))
+          ))]
+      })
+      yield* Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        yield* outbox.dispatchAll(Array.from({ length: 300 }, (_, i) => new OrderPaid({ orderId: i, amount: 1 })))
+        const worker = yield* Effect.fork(
+          Worker.run({ transports: ["outbox"], batchSize: 10, sleep: "20 millis", limit: 300 }).pipe(
+            Effect.provide(Layer.orDie(pgLayer(url)).pipe(Layer.merge(Layer.empty))),
+          )
+        )
+        yield* Effect.sleep("150 millis")
+        yield* sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid()`
+        const summary = yield* worker.await.pipe(Effect.flatten, Effect.timeout("30 seconds"))
+        expect(summary.handled).toBe(300)
+        expect(handled.size).toBe(300)
+      }).pipe(Effect.provide(stack))
+    })), 60_000)
+})
