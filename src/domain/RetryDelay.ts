@@ -87,7 +87,7 @@ export const exponential = (options: ExponentialOptions = {}): Schedule.Schedule
   let schedule: Schedule.Schedule<Duration.Duration> = Schedule.exponential(delay, multiplier)
   if (jitter > 0) schedule = Schedule.jitteredWith(schedule, { min: 1 - jitter, max: 1 + jitter })
   return schedule.pipe(
-    Schedule.modifyDelay((d) => Duration.min(d, maxDelay)),
+    Schedule.modifyDelay((_out, delay) => Duration.min(delay, maxDelay)),
     Schedule.intersect(Schedule.recurs(maxRetries)),
     Schedule.map(([d]) => d)
   )

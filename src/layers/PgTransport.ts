@@ -116,6 +116,20 @@ export const migrations = (table: string) => {
       yield* sql`ALTER TABLE ${sql(table)} ADD COLUMN IF NOT EXISTS message_id uuid NOT NULL DEFAULT gen_random_uuid()`
       yield* sql`ALTER TABLE ${sql(table)} ALTER COLUMN message_id DROP DEFAULT`
       yield* sql`ALTER TABLE ${sql(table)} ADD COLUMN IF NOT EXISTS delivery_count integer NOT NULL DEFAULT 0`
+      // Symfony's tables use second-precision `timestamp` columns holding UTC: upgrade them to
+      // millisecond `timestamptz`, so the database clock and ordering are exact.
+      const columns = yield* sql<{ column_name: string; data_type: string; precision: number | null }>`
+        SELECT column_name, data_type, datetime_precision AS precision FROM information_schema.columns
+        WHERE table_schema = coalesce(${schemaOf(table)}, current_schema()) AND table_name = ${nameOf(table)}
+          AND column_name IN ('created_at', 'available_at', 'delivered_at')`
+      for (const column of columns) {
+        if (column.data_type === "timestamp with time zone" && column.precision === 3) continue
+        const using = column.data_type === "timestamp without time zone"
+          ? sql`${sql(column.column_name)} AT TIME ZONE 'UTC'`
+          : sql`${sql(column.column_name)}`
+        yield* sql`ALTER TABLE ${sql(table)} ALTER COLUMN ${sql(column.column_name)} TYPE timestamptz(3) USING ${using}`
+      }
+      yield* sql`ALTER TABLE ${sql(table)} ALTER COLUMN created_at SET DEFAULT now()`
       yield* sql`CREATE INDEX IF NOT EXISTS ${sql(index("_claim_idx"))}
         ON ${sql(table)} (queue_name, available_at, id)`
       yield* sql`CREATE INDEX IF NOT EXISTS ${sql(index("_message_id_idx"))} ON ${sql(table)} (message_id)`
@@ -323,6 +337,9 @@ const resolveTransports = (
     }
     return resolved
   })
+
+const schemaOf = (table: string): string | null => (table.includes(".") ? table.split(".")[0]! : null)
+const nameOf = (table: string): string => (table.includes(".") ? table.split(".")[1]! : table)
 
 const column = <A>(messages: ReadonlyArray<OutgoingMessage>, f: (m: OutgoingMessage) => A): Array<A> =>
   messages.map(f)
