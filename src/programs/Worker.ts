@@ -466,13 +466,15 @@ const processBatch = (
 
     // Acks are written in batches: by a background flush while handlers run (so a slow batch does
     // not hold finished messages) and once more when the batch ends.
+    // Uninterruptible: ids taken from `acks` are written, or logged as lost to a storage failure —
+    // never dropped by the interruption that ends the batch.
     const flushAcks = Effect.suspend(() => {
       const ids = acks.splice(0, acks.length)
       return transport.ack(name, ids).pipe(
         Effect.retry(Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(5)))),
         Effect.tap(() => ids.forEach((id) => held.delete(id)))
       )
-    })
+    }).pipe(Effect.uninterruptible)
     const flusher = yield* Effect.forkDaemon(
       flushAcks.pipe(
         Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, will retry", error)),
