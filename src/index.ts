@@ -1,0 +1,40 @@
+/**
+ * effect-outbox: a transactional outbox and message worker for Effect 3 on PostgreSQL.
+ *
+ * @since 0.1.0
+ */
+
+/** @since 0.1.0 */
+export * as Envelope from "./domain/Envelope.js"
+/** @since 0.1.0 */
+export * from "./domain/Errors.js"
+/** @since 0.1.0 */
+export * as Headers from "./domain/Headers.js"
+/** @since 0.1.0 */
+export * as Identifier from "./domain/Identifier.js"
+/** @since 0.1.0 */
+export * as Message from "./domain/Message.js"
+/** @since 0.1.0 */
+export * as MessageId from "./domain/MessageId.js"
+/** @since 0.1.0 */
+export * as RetryDelay from "./domain/RetryDelay.js"
+/** @since 0.1.0 */
+export * as Routing from "./domain/Routing.js"
+/** @since 0.1.0 */
+export * as Handlers from "./services/Handlers.js"
+/** @since 0.1.0 */
+export * as Outbox from "./services/Outbox.js"
+/** @since 0.1.0 */
+export * as RetryStrategy from "./services/RetryStrategy.js"
+/** @since 0.1.0 */
+export * as Transport from "./services/Transport.js"
+/** @since 0.1.0 */
+export * as MemoryTransport from "./layers/MemoryTransport.js"
+/** @since 0.1.0 */
+export * as PgTransport from "./layers/PgTransport.js"
+/** @since 0.1.0 */
+export * as ScheduleRetryStrategy from "./layers/ScheduleRetryStrategy.js"
+/** @since 0.1.0 */
+export * as Worker from "./programs/Worker.js"
+/** @since 0.1.0 */
+export * as Cli from "./programs/Cli.js"
