@@ -5,6 +5,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
 import type { OutgoingMessage } from "../src/domain/Envelope.js"
 import * as MessageId from "../src/domain/MessageId.js"
@@ -188,6 +189,80 @@ layer(freshDatabase())("transport conformance", (it) => {
           expect(numbers(yield* t.claim("outbox", 10))).toEqual([2])
           yield* t.release("outbox", [claimed[0]!.id])
           expect(numbers(yield* t.claim("outbox", 10))).toEqual([1])
+        }))
+
+      it.effect("release does not count as a delivery", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          yield* t.send("outbox", [outgoing(1)])
+          const [first] = yield* t.claim("outbox", 1)
+          yield* t.release("outbox", [first!.id])
+          const [again] = yield* t.claim("outbox", 1)
+          expect(again!.deliveries).toBe(1)
+        }))
+
+      it.effect("lists and finds the messages of one queue, by type, leaving other queues alone", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          const typed = (n: number, type: string): OutgoingMessage => ({ ...outgoing(n), type, headers: JSON.stringify({ type }) })
+          yield* t.send("outbox", [typed(1, "A"), typed(2, "B"), typed(3, "A"), { ...outgoing(4), headers: "{corrupt" }])
+          yield* t.send("other", [typed(5, "A")])
+          expect(numbers(yield* t.list("outbox", { max: 10 }))).toEqual([1, 2, 3, 4])
+          expect(numbers(yield* t.list("outbox", { max: 2 }))).toEqual([1, 2])
+          expect(numbers(yield* t.list("outbox", { max: 10, type: "A" }))).toEqual([1, 3])
+          expect(numbers(yield* t.list("outbox", { max: 1, type: "A" }))).toEqual([1])
+          const [one] = yield* t.list("other", { max: 1 })
+          expect((yield* t.find("other", one!.id))._tag).toBe("Some")
+          expect((yield* t.find("outbox", one!.id))._tag).toBe("None")
+          expect((yield* t.find("outbox", "not-an-id"))._tag).toBe("None")
+          expect((yield* t.find("outbox", "999999999"))._tag).toBe("None")
+        }))
+
+      it.effect("remove deletes only within the named queue", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          yield* t.send("outbox", [outgoing(1)])
+          yield* t.send("other", [outgoing(2)])
+          const [a] = yield* t.list("outbox", { max: 1 })
+          const [b] = yield* t.list("other", { max: 1 })
+          expect(yield* t.remove("outbox", [a!.id, b!.id, "x"])).toBe(1)
+          expect(numbers(yield* t.list("outbox", { max: 10 }))).toEqual([])
+          expect(numbers(yield* t.list("other", { max: 10 }))).toEqual([2])
+        }))
+
+      it.effect("move sends a failed message back, ready now, same message id, deliveries reset", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          const sent = outgoing(1, 0)
+          yield* t.send("outbox", [sent])
+          const [claimed] = yield* t.claim("outbox", 1)
+          yield* t.fail("outbox", claimed!.id, { headers: `{"type":"Test","failed":1}` })
+          expect(yield* t.move("outbox", claimed!.id, { to: "outbox", headers: "{}" })).toBe(false)
+          expect(yield* t.move("failed", claimed!.id, { to: "outbox", headers: `{"type":"Test"}` })).toBe(true)
+          const [again] = yield* t.claim("outbox", 1)
+          expect(again!.messageId).toBe(sent.messageId)
+          expect(again!.headers).toBe(`{"type":"Test"}`)
+          expect(again!.deliveries).toBe(1)
+          expect(yield* Effect.flip(t.move("failed", claimed!.id, { to: "nowhere", headers: "{}" }))).toMatchObject({
+            _tag: "UnknownTransportError"
+          })
+        }))
+
+      it.effect("stats count ready, delayed, in flight and failed messages, and the oldest ready age", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          expect(yield* t.stats("outbox")).toMatchObject({ ready: 0, delayed: 0, inFlight: 0, failed: 0, oldestReadyAgeMs: null })
+          yield* t.send("outbox", [outgoing(1), outgoing(2), outgoing(3), outgoing(4, 60_000)])
+          const [a, b] = yield* t.claim("outbox", 2)
+          yield* t.fail("outbox", a!.id, { headers: "{}" })
+          yield* backend.advance(t, 3_000)
+          const stats = yield* t.stats("outbox")
+          expect(stats).toMatchObject({ transport: "outbox", ready: 1, delayed: 1, inFlight: 1, failed: 1 })
+          expect(stats.oldestReadyAgeMs!).toBeGreaterThanOrEqual(2_900)
+          expect(stats.oldestReadyAgeMs!).toBeLessThan(10_000)
+          expect(b).toBeDefined()
+          expect(t.failureTransport("outbox")).toEqual(Option.some("failed"))
+          expect(t.failureTransport("failed")).toEqual(Option.some("failed"))
         }))
 
       it.effect("rejects unknown transports with a typed error", () =>

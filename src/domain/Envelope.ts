@@ -58,3 +58,35 @@ export interface ReceivedMessage {
   readonly availableAt: Date
   readonly deliveries: number
 }
+
+/**
+ * A stored message in any state, as the operator commands see it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface StoredMessage extends ReceivedMessage {
+  /** Lease start of the worker holding it, `null` when nobody does. */
+  readonly deliveredAt: Date | null
+}
+
+/**
+ * Counts of one transport's queue, for `stats`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TransportStats {
+  readonly transport: string
+  readonly queue: string
+  /** Claimable now. */
+  readonly ready: number
+  /** Waiting for a delay or a retry backoff. */
+  readonly delayed: number
+  /** Held by a worker's lease. */
+  readonly inFlight: number
+  /** Waiting in this transport's failure transport. */
+  readonly failed: number
+  /** How long the oldest ready message has been waiting (null when none): the sign of a dead or slow worker. */
+  readonly oldestReadyAgeMs: number | null
+}

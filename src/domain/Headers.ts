@@ -98,6 +98,17 @@ export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> 
   )
 
 /**
+ * The message type named by stored headers, or `undefined` when they cannot be decoded.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const typeOf = (raw: string): string | undefined => {
+  const decoded = decode(raw)
+  return Either.isRight(decoded) ? decoded.right.type : undefined
+}
+
+/**
  * The number of retries already made (the last redelivery's count, 0 when none).
  *
  * @since 0.1.0

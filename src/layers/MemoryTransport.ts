@@ -9,20 +9,14 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type { ReceivedMessage } from "../domain/Envelope.js"
+import type { ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
+import * as Headers from "../domain/Headers.js"
 import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { defaultFailureTransport, defaultRedeliverTimeout } from "./PgTransport.js"
 
-/**
- * A stored message, as the in-memory transport keeps it. Times are `Clock` milliseconds, so
- * `TestClock` drives delays and leases.
- *
- * @since 0.1.0
- * @category models
- */
-export interface StoredMessage {
+interface Row {
   readonly id: string
   readonly messageId: string
   readonly body: string
@@ -53,7 +47,7 @@ export interface Options {
  * @category models
  */
 export interface MemoryTransportShape extends TransportShape {
-  /** Every stored message, in `(availableAt, id)` order. */
+  /** Every stored message, in `(availableAt, id)` order (`transport` is its queue's transport). */
   readonly messages: Effect.Effect<ReadonlyArray<StoredMessage>>
   /** The stored messages of one transport's queue. */
   readonly messagesOf: (transport: string) => Effect.Effect<ReadonlyArray<StoredMessage>>
@@ -78,24 +72,25 @@ export class MemoryTransport
  */
 export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape, OutboxConfigError> =>
   Effect.gen(function*() {
-    const config = new Map<string, { leaseMs: number; failureQueue: string }>()
+    const config = new Map<string, { leaseMs: number; failureTransport: string }>()
     const input = options.transports ?? { outbox: {} }
+    const failureNames = new Set(Object.values(input).map((o) => o.failureTransport ?? defaultFailureTransport))
     for (const [name, o] of Object.entries(input)) {
       yield* Identifier.validateQueueName(name)
-      const failure = o.failureTransport ?? defaultFailureTransport
+      const failure = o.failureTransport ?? (failureNames.has(name) ? name : defaultFailureTransport)
       yield* Identifier.validateQueueName(failure)
       const lease = Duration.decodeUnknown(o.redeliverTimeout ?? defaultRedeliverTimeout)
       if (Option.isNone(lease) || !(Duration.toMillis(lease.value) > 0) || !Duration.isFinite(lease.value)) {
         return yield* new OutboxConfigError({ message: `Transport ${name}: redeliverTimeout must be positive and finite` })
       }
-      config.set(name, { leaseMs: Duration.toMillis(lease.value), failureQueue: failure === name ? name : failure })
+      config.set(name, { leaseMs: Duration.toMillis(lease.value), failureTransport: failure })
     }
-    for (const { failureQueue } of Array.from(config.values())) {
-      if (!config.has(failureQueue)) {
-        config.set(failureQueue, { leaseMs: Duration.toMillis(defaultRedeliverTimeout), failureQueue })
+    for (const name of failureNames) {
+      if (!config.has(name)) {
+        config.set(name, { leaseMs: Duration.toMillis(defaultRedeliverTimeout), failureTransport: name })
       }
     }
-    const rows = new Map<string, StoredMessage>()
+    const rows = new Map<string, Row>()
     let sequence = 0n
 
     const lookup = (name: string) => {
@@ -105,13 +100,25 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
         : Effect.fail(new UnknownTransportError({ transport: name, message: `Unknown transport ${JSON.stringify(name)}` }))
     }
     const ordered = () => Array.from(rows.values()).sort(byAvailability)
-    const update = (id: string, f: (row: StoredMessage) => StoredMessage) => {
+    const toStored = (row: Row): StoredMessage => ({
+      id: row.id,
+      transport: row.queueName,
+      messageId: row.messageId,
+      body: row.body,
+      headers: row.headers,
+      createdAt: new Date(row.createdAt),
+      availableAt: new Date(row.availableAt),
+      deliveredAt: row.deliveredAt === null ? null : new Date(row.deliveredAt),
+      deliveries: row.deliveries
+    })
+    const update = (id: string, f: (row: Row) => Row) => {
       const row = rows.get(id)
       if (row !== undefined) rows.set(id, f(row))
     }
 
     const transport: MemoryTransportShape = {
       names: Array.from(config.keys()),
+      failureTransport: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => c.failureTransport),
       lease: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => Duration.millis(c.leaseMs)),
       setup: Effect.void,
       send: (name, messages) =>
@@ -165,17 +172,85 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           update(id, (row) => ({ ...row, availableAt: now + Duration.toMillis(delay), deliveredAt: null, headers }))),
       fail: (name, id, { headers }) =>
         Effect.gen(function*() {
-          const { failureQueue } = yield* Effect.orDie(lookup(name))
+          const { failureTransport } = yield* Effect.orDie(lookup(name))
           const now = yield* Clock.currentTimeMillis
-          update(id, (row) => ({ ...row, queueName: failureQueue, availableAt: now, deliveredAt: null, headers }))
+          update(id, (row) => ({ ...row, queueName: failureTransport, availableAt: now, deliveredAt: null, headers }))
         }),
       keepalive: (_name, ids) =>
         Effect.map(Clock.currentTimeMillis, (now) =>
           ids.forEach((id) => update(id, (row) => row.deliveredAt === null ? row : { ...row, deliveredAt: now }))),
       release: (_name, ids) =>
-        Effect.sync(() => ids.forEach((id) => update(id, (row) => ({ ...row, deliveredAt: null })))),
-      messages: Effect.sync(ordered),
-      messagesOf: (name) => Effect.sync(() => ordered().filter((row) => row.queueName === name))
+        Effect.sync(() =>
+          ids.forEach((id) =>
+            update(id, (row) =>
+              row.deliveredAt === null
+                ? row
+                : { ...row, deliveredAt: null, deliveries: Math.max(0, row.deliveries - 1) })
+          )
+        ),
+      list: (name, { max, type }) =>
+        Effect.map(lookup(name), () =>
+          Array.from(rows.values())
+            .filter((row) => row.queueName === name && (type === undefined || Headers.typeOf(row.headers) === type))
+            .sort(byId)
+            .slice(0, Math.max(0, Math.floor(max)))
+            .map(toStored)),
+      find: (name, id) =>
+        Effect.map(lookup(name), () =>
+          Option.map(Option.filter(Option.fromNullable(rows.get(id)), (row) => row.queueName === name), toStored)),
+      remove: (name, ids) =>
+        Effect.map(lookup(name), () => {
+          let removed = 0
+          for (const id of ids) {
+            if (rows.get(id)?.queueName === name) {
+              rows.delete(id)
+              removed++
+            }
+          }
+          return removed
+        }),
+      move: (from, id, { headers, to }) =>
+        Effect.gen(function*() {
+          yield* lookup(from)
+          yield* lookup(to)
+          const row = rows.get(id)
+          if (row === undefined || row.queueName !== from) return false
+          const now = yield* Clock.currentTimeMillis
+          rows.set(id, { ...row, queueName: to, availableAt: now, deliveredAt: null, deliveries: 0, headers })
+          return true
+        }),
+      stats: (name) =>
+        Effect.gen(function*() {
+          const { failureTransport, leaseMs } = yield* lookup(name)
+          const now = yield* Clock.currentTimeMillis
+          let ready = 0
+          let delayed = 0
+          let inFlight = 0
+          let failed = 0
+          let oldest: number | null = null
+          for (const row of rows.values()) {
+            if (row.queueName === failureTransport) failed++
+            if (row.queueName !== name) continue
+            const leased = row.deliveredAt !== null && row.deliveredAt >= now - leaseMs
+            if (leased) inFlight++
+            else if (row.availableAt > now) delayed++
+            else {
+              ready++
+              oldest = oldest === null ? row.availableAt : Math.min(oldest, row.availableAt)
+            }
+          }
+          return {
+            transport: name,
+            queue: name,
+            ready,
+            delayed,
+            inFlight,
+            failed,
+            oldestReadyAgeMs: oldest === null ? null : now - oldest
+          }
+        }),
+      messages: Effect.sync(() => ordered().map(toStored)),
+      messagesOf: (name) => Effect.sync(() => ordered().filter((row) => row.queueName === name).map(toStored))
     }
     return transport
   })
@@ -191,10 +266,13 @@ export const layer = (options: Options = {}): Layer.Layer<Transport | MemoryTran
     Effect.map(make(options), (t) => Context.make(Transport, t).pipe(Context.add(MemoryTransport, t)))
   )
 
-const byAvailability = (a: StoredMessage, b: StoredMessage): number => {
-  const d = a.availableAt - b.availableAt
-  if (d !== 0) return d
+const byId = (a: Row, b: Row): number => {
   const x = BigInt(a.id)
   const y = BigInt(b.id)
   return x < y ? -1 : x > y ? 1 : 0
+}
+
+const byAvailability = (a: Row, b: Row): number => {
+  const d = a.availableAt - b.availableAt
+  return d !== 0 ? d : byId(a, b)
 }

@@ -10,7 +10,8 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type { OutgoingMessage, ReceivedMessage } from "../domain/Envelope.js"
+import type { OutgoingMessage, ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
+import * as Headers from "../domain/Headers.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
@@ -77,7 +78,7 @@ interface ResolvedTransport {
   readonly name: string
   readonly queueName: string
   readonly redeliverTimeoutMs: number
-  readonly failureQueue: string
+  readonly failureTransport: string
 }
 
 interface Row {
@@ -87,8 +88,21 @@ interface Row {
   readonly headers: string
   readonly created_at: Date
   readonly available_at: Date
+  readonly delivered_at?: Date | null
   readonly delivery_count: number
 }
+
+const toStored = (transport: string) => (row: Row): StoredMessage => ({
+  id: row.id,
+  transport,
+  messageId: row.message_id,
+  body: row.body,
+  headers: row.headers,
+  createdAt: row.created_at,
+  availableAt: row.available_at,
+  deliveredAt: row.delivered_at ?? null,
+  deliveries: row.delivery_count
+})
 
 /**
  * The migrations of the transport table, in order. Each is idempotent on its own, so a table made
@@ -219,16 +233,10 @@ export const make = (
           RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
                     m.created_at, m.available_at, m.delivery_count`.pipe(wrap(name, "claim"))
         return rows
-          .map((row): ReceivedMessage => ({
-            id: row.id,
-            transport: name,
-            messageId: row.message_id,
-            body: row.body,
-            headers: row.headers,
-            createdAt: row.created_at,
-            availableAt: row.available_at,
-            deliveries: row.delivery_count
-          }))
+          .map((row): ReceivedMessage => {
+            const { deliveredAt: _, ...received } = toStored(name)(row)
+            return received
+          })
           .sort(byAvailability)
       })
 
@@ -247,7 +255,8 @@ export const make = (
     const fail: TransportShape["fail"] = (name, id, { headers }) =>
       Effect.gen(function*() {
         const transport = yield* lookup(name).pipe(Effect.orDie)
-        yield* sql`UPDATE ${t} SET queue_name = ${transport.failureQueue}, available_at = now(),
+        const failure = transports.get(transport.failureTransport)!
+        yield* sql`UPDATE ${t} SET queue_name = ${failure.queueName}, available_at = now(),
               delivered_at = NULL, headers = ${headers}
             WHERE id = ${id}::bigint`.pipe(wrap(name, "fail"))
       })
@@ -261,13 +270,106 @@ export const make = (
     const release: TransportShape["release"] = (name, values) =>
       values.length === 0
         ? Effect.void
-        : sql`UPDATE ${t} SET delivered_at = NULL
+        : sql`UPDATE ${t} SET delivered_at = NULL, delivery_count = greatest(delivery_count - 1, 0)
             WHERE id = ANY(${ids(values)}) AND delivered_at IS NOT NULL`.pipe(wrap(name, "release"), Effect.asVoid)
+
+    const columns = sql.literal(
+      "id::text AS id, message_id::text AS message_id, body, headers, created_at, available_at, delivered_at, delivery_count"
+    )
+
+    const list: TransportShape["list"] = (name, { max, type }) =>
+      Effect.gen(function*() {
+        const transport = yield* lookup(name)
+        const limit = Math.max(0, Math.floor(max))
+        if (type === undefined) {
+          const rows = yield* sql<Row>`SELECT ${columns} FROM ${t} WHERE queue_name = ${transport.queueName}
+            ORDER BY id LIMIT ${limit}`.pipe(wrap(name, "list"))
+          return rows.map(toStored(name))
+        }
+        // Headers are text that may be corrupt, so the type is matched here, page by page, not in SQL.
+        const found: Array<StoredMessage> = []
+        let after = "0"
+        while (found.length < limit) {
+          const page = yield* sql<Row>`SELECT ${columns} FROM ${t}
+            WHERE queue_name = ${transport.queueName} AND id > ${after}::bigint ORDER BY id LIMIT 1000`.pipe(
+            wrap(name, "list")
+          )
+          for (const row of page) {
+            if (found.length < limit && Headers.typeOf(row.headers) === type) found.push(toStored(name)(row))
+          }
+          if (page.length < 1000) break
+          after = page[page.length - 1]!.id
+        }
+        return found
+      })
+
+    const find: TransportShape["find"] = (name, id) =>
+      Effect.gen(function*() {
+        const transport = yield* lookup(name)
+        if (!/^\d{1,19}$/.test(id)) return Option.none()
+        const rows = yield* sql<Row>`SELECT ${columns} FROM ${t}
+          WHERE id = ${id}::bigint AND queue_name = ${transport.queueName}`.pipe(wrap(name, "find"))
+        return Option.map(Option.fromNullable(rows[0]), toStored(name))
+      })
+
+    const remove: TransportShape["remove"] = (name, values) =>
+      Effect.gen(function*() {
+        const transport = yield* lookup(name)
+        const valid = values.filter((id) => /^\d{1,19}$/.test(id))
+        if (valid.length === 0) return 0
+        const rows = yield* sql`DELETE FROM ${t} WHERE id = ANY(${ids(valid)}) AND queue_name = ${transport.queueName}
+          RETURNING id`.pipe(wrap(name, "remove"))
+        return rows.length
+      })
+
+    const move: TransportShape["move"] = (from, id, { headers, to }) =>
+      Effect.gen(function*() {
+        const source = yield* lookup(from)
+        const target = yield* lookup(to)
+        if (!/^\d{1,19}$/.test(id)) return false
+        const rows = yield* sql`UPDATE ${t} SET queue_name = ${target.queueName}, available_at = now(),
+            delivered_at = NULL, delivery_count = 0, headers = ${headers}
+          WHERE id = ${id}::bigint AND queue_name = ${source.queueName} RETURNING id`.pipe(wrap(from, "move"))
+        return rows.length === 1
+      })
+
+    const stats: TransportShape["stats"] = (name) =>
+      Effect.gen(function*() {
+        const transport = yield* lookup(name)
+        const failure = transports.get(transport.failureTransport)!
+        const lease = sql`now() - ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond'`
+        const [row] = yield* sql<{
+          ready: number
+          delayed: number
+          in_flight: number
+          failed: number
+          oldest_ms: number | null
+        }>`SELECT
+            count(*) FILTER (WHERE queue_name = ${transport.queueName} AND available_at <= now()
+              AND (delivered_at IS NULL OR delivered_at < ${lease}))::int AS ready,
+            count(*) FILTER (WHERE queue_name = ${transport.queueName} AND available_at > now()
+              AND delivered_at IS NULL)::int AS delayed,
+            count(*) FILTER (WHERE queue_name = ${transport.queueName} AND delivered_at >= ${lease})::int AS in_flight,
+            count(*) FILTER (WHERE queue_name = ${failure.queueName})::int AS failed,
+            (extract(epoch FROM now() - min(available_at) FILTER (WHERE queue_name = ${transport.queueName}
+              AND available_at <= now() AND (delivered_at IS NULL OR delivered_at < ${lease}))) * 1000)::float8 AS oldest_ms
+          FROM ${t} WHERE queue_name IN (${transport.queueName}, ${failure.queueName})`.pipe(wrap(name, "stats"))
+        return {
+          transport: name,
+          queue: transport.queueName,
+          ready: row!.ready,
+          delayed: row!.delayed,
+          inFlight: row!.in_flight,
+          failed: row!.failed,
+          oldestReadyAgeMs: row!.oldest_ms === null ? null : Math.max(0, Math.round(row!.oldest_ms))
+        }
+      })
 
     if (options.autoSetup === true) yield* setup
 
     return {
       names: Array.from(transports.keys()),
+      failureTransport: (name) => Option.map(Option.fromNullable(transports.get(name)), (t) => t.failureTransport),
       lease: (name) => {
         const found = transports.get(name)
         return found === undefined ? Option.none() : Option.some(Duration.millis(found.redeliverTimeoutMs))
@@ -279,7 +381,12 @@ export const make = (
       retry,
       fail,
       keepalive,
-      release
+      release,
+      list,
+      find,
+      remove,
+      move,
+      stats
     }
   })
 
@@ -303,7 +410,7 @@ const resolveTransports = (
       return yield* new OutboxConfigError({ message: "At least one transport must be configured" })
     }
     const resolved = new Map<string, ResolvedTransport>()
-    const add = (name: string, o: TransportOptions, failureQueue: string | undefined) =>
+    const add = (name: string, o: TransportOptions, failureTransport: string) =>
       Effect.gen(function*() {
         yield* Identifier.validateQueueName(name)
         const queueName = yield* Identifier.validateQueueName(o.queueName ?? name)
@@ -313,27 +420,25 @@ const resolveTransports = (
             message: `Transport ${name}: redeliverTimeout must be a positive, finite duration`
           })
         }
-        resolved.set(name, {
-          name,
-          queueName,
-          redeliverTimeoutMs: Duration.toMillis(timeout.value),
-          failureQueue: failureQueue ?? queueName
-        })
+        resolved.set(name, { name, queueName, redeliverTimeoutMs: Duration.toMillis(timeout.value), failureTransport })
       })
+    // A failure transport keeps its own failures (a failed message is never discarded).
+    const failureOf = (name: string, o: TransportOptions) =>
+      o.failureTransport ?? (failureNames.has(name) ? name : defaultFailureTransport)
     const failureNames = new Set(entries.map(([, o]) => o.failureTransport ?? defaultFailureTransport))
-    for (const failureName of failureNames) {
-      if (!(failureName in input)) yield* add(failureName, {}, undefined)
+    for (const [name, o] of entries) yield* add(name, o, failureOf(name, o))
+    for (const name of failureNames) {
+      if (!resolved.has(name)) yield* add(name, {}, name)
     }
-    // Failure transports keep their failures in place (a failed message is never discarded).
-    for (const [name, o] of entries) {
-      if (failureNames.has(name) && o.failureTransport === undefined) yield* add(name, o, undefined)
-    }
-    for (const [name, o] of entries) {
-      if (resolved.has(name)) continue
-      const failureName = o.failureTransport ?? defaultFailureTransport
-      const failure = resolved.get(failureName)
-      if (failure === undefined) yield* add(failureName, {}, undefined)
-      yield* add(name, o, resolved.get(failureName)!.queueName)
+    const queues = new Map<string, string>()
+    for (const t of resolved.values()) {
+      const other = queues.get(t.queueName)
+      if (other !== undefined) {
+        return yield* new OutboxConfigError({
+          message: `Transports ${other} and ${t.name} use the same queue ${t.queueName}`
+        })
+      }
+      queues.set(t.queueName, t.name)
     }
     return resolved
   })

@@ -7,7 +7,7 @@ import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
-import type { OutgoingMessage, ReceivedMessage } from "../domain/Envelope.js"
+import type { OutgoingMessage, ReceivedMessage, StoredMessage, TransportStats } from "../domain/Envelope.js"
 import type { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 
 /**
@@ -31,6 +31,8 @@ export interface TransportShape {
   readonly names: ReadonlyArray<string>
   /** The lease (redeliver timeout) of a transport, when it has one; the worker renews leases every third of it. */
   readonly lease: (transport: string) => Option.Option<Duration.Duration>
+  /** The transport a transport's failed messages move to (itself for a failure transport). */
+  readonly failureTransport: (transport: string) => Option.Option<string>
   /** Creates or migrates the storage; idempotent. */
   readonly setup: Effect.Effect<void, TransportError | OutboxConfigError>
   readonly send: (
@@ -53,7 +55,37 @@ export interface TransportShape {
     options: { readonly headers: string }
   ) => Effect.Effect<void, TransportError>
   readonly keepalive: (transport: string, ids: ReadonlyArray<string>) => Effect.Effect<void, TransportError>
+  /** Gives claimed-but-unstarted messages back at once; their claim does not count as a delivery. */
   readonly release: (transport: string, ids: ReadonlyArray<string>) => Effect.Effect<void, TransportError>
+  /**
+   * Messages of a transport's queue in any state, by id, at most `max`; with `type`, only that message type
+   * (headers that cannot be decoded never match a type).
+   */
+  readonly list: (
+    transport: string,
+    options: { readonly max: number; readonly type?: string | undefined }
+  ) => Effect.Effect<ReadonlyArray<StoredMessage>, TransportError | UnknownTransportError>
+  /** One message of a transport's queue by its transport id. */
+  readonly find: (
+    transport: string,
+    id: string
+  ) => Effect.Effect<Option.Option<StoredMessage>, TransportError | UnknownTransportError>
+  /** Deletes messages of a transport's queue; ids elsewhere are left alone. Returns how many were deleted. */
+  readonly remove: (
+    transport: string,
+    ids: ReadonlyArray<string>
+  ) => Effect.Effect<number, TransportError | UnknownTransportError>
+  /**
+   * Moves one message from a transport's queue to another transport, ready now, with new headers and the
+   * same message id — in place. Returns false when the id is not in the `from` queue.
+   */
+  readonly move: (
+    from: string,
+    id: string,
+    options: { readonly to: string; readonly headers: string }
+  ) => Effect.Effect<boolean, TransportError | UnknownTransportError>
+  /** Counts of a transport's queue. */
+  readonly stats: (transport: string) => Effect.Effect<TransportStats, TransportError | UnknownTransportError>
 }
 
 /**
