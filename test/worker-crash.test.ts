@@ -61,13 +61,13 @@ describe("crash recovery", () => {
         expect(yield* Effect.promise(() => worker.exited)).toBe(-1)
 
         // The dead worker's claim still holds all three messages: nothing is claimable yet.
-        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toEqual({ handled: 0, retried: 0, failed: 0 })
+        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 0, retried: 0, failed: 0 })
         const held = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE delivered_at IS NOT NULL`
         expect(held[0]!.n).toBe(3)
 
         // Fake the passage of one lease.
         yield* sql`UPDATE ${sql(table)} SET delivered_at = delivered_at - ${lease + 100}::float8 * interval '1 millisecond'`
-        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toEqual({ handled: 3, retried: 0, failed: 0 })
+        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 3, retried: 0, failed: 0 })
         expect(handled).toEqual(ids)
         const left = yield* sql`SELECT 1 FROM ${sql(table)}`
         expect(left.length).toBe(0)
@@ -95,7 +95,7 @@ describe("crash recovery", () => {
           Effect.option
         )
         expect(rival._tag).toBe("None")
-        expect(yield* slow.await.pipe(Effect.flatten)).toEqual({ handled: 2, retried: 0, failed: 0 })
+        expect(yield* slow.await.pipe(Effect.flatten)).toMatchObject({ handled: 2, retried: 0, failed: 0 })
         expect(calls).toBe(2)
       }).pipe(Effect.provide(stack))
     })), 60_000)

@@ -122,3 +122,16 @@ export class UnknownTransportError extends Schema.TaggedError<UnknownTransportEr
 export class OutboxConfigError extends Schema.TaggedError<OutboxConfigError>()("OutboxConfigError", {
   message: Schema.String
 }) {}
+
+/**
+ * A message was claimed again without its previous delivery recording an outcome: the worker handling it
+ * died (crash, OOM, SIGKILL) or lost its lease. Past the retry budget the message goes to the failure
+ * queue with this error instead of killing workers forever.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class WorkerDiedError extends Schema.TaggedError<WorkerDiedError>()("WorkerDiedError", {
+  message: Schema.String,
+  deliveries: Schema.Int
+}) {}

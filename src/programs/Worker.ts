@@ -12,14 +12,14 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
 import type { Envelope, ReceivedMessage } from "../domain/Envelope.js"
 import {
   MessageDecodeError,
   NoHandlerForMessageError,
   RecoverableMessageHandlingError,
-  UnrecoverableMessageHandlingError
+  UnrecoverableMessageHandlingError,
+  WorkerDiedError
 } from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
@@ -82,14 +82,33 @@ export interface WorkerOptions {
   readonly sleep?: Duration.DurationInput
   /** Stop after this many messages were processed (handled, retried or failed). */
   readonly limit?: number
+  /** Stop after this many messages were retried or moved to the failure queue. */
+  readonly failureLimit?: number
+  /** Stop once the worker has run this long (the in-flight messages finish first). */
+  readonly timeLimit?: Duration.DurationInput
+  /** Stop once the process's resident memory exceeds this many bytes. */
+  readonly memoryLimit?: number
   /** Stop as soon as a poll of every transport finds nothing ready. */
   readonly stopWhenEmpty?: boolean
+  /**
+   * On interruption (SIGTERM/SIGINT under `NodeRuntime.runMain`), how long in-flight handlers may run on
+   * before they are interrupted and their messages released (default 30 seconds).
+   */
+  readonly shutdownTimeout?: Duration.DurationInput
   /** Called after each outcome is recorded. */
   readonly onEvent?: (event: WorkerEvent) => Effect.Effect<void>
 }
 
 /**
- * Counts of a worker run.
+ * Why a worker run ended.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StopReason = "limit" | "failure-limit" | "time-limit" | "memory-limit" | "empty"
+
+/**
+ * Counts of a worker run and why it stopped.
  *
  * @since 0.1.0
  * @category models
@@ -98,9 +117,10 @@ export interface WorkerSummary {
   readonly handled: number
   readonly retried: number
   readonly failed: number
+  readonly stoppedBy: StopReason
 }
 
-class StopWorker extends Data.TaggedError("StopWorker") {}
+class StopWorker extends Data.TaggedError("StopWorker")<{ readonly reason: StopReason }> {}
 
 const maxCauseLength = 4000
 
@@ -286,6 +306,29 @@ const handleOne = (
       } satisfies Outcome
     }
     const { envelope, handlers } = decoded.right
+    // Claims are counted: deliveries beyond the recorded retries had no outcome — a worker died on them.
+    const retries = Headers.retryCount(envelope.headers)
+    const crashes = row.deliveries - 1 - retries
+    if (crashes > 0) {
+      const error = new WorkerDiedError({
+        message: `A worker died or lost its lease while handling this message (${crashes} of ${row.deliveries} ` +
+          `deliveries recorded no outcome)`,
+        deliveries: row.deliveries
+      })
+      const planned = yield* strategy.delayFor({ transport: row.transport, attempt: retries + crashes, error })
+      if (Option.isNone(planned)) {
+        const details = errorDetails(Cause.fail(error))
+        return {
+          _tag: "Fail",
+          type: envelope.headers.type,
+          error: details,
+          headers: Headers.patch(envelope.headers, {
+            errorDetails: details,
+            originalTransport: envelope.headers.originalTransport ?? row.transport
+          })
+        } satisfies Outcome
+      }
+    }
     const done = new Set(envelope.headers.handledBy ?? [])
     const handledBy = [...done]
     const causes: Array<Cause.Cause<unknown>> = []
@@ -307,7 +350,9 @@ const handleOne = (
 /**
  * Runs the worker until a limit stops it (or forever). Transport failures — the database down,
  * connections killed — are logged and the loop restarts with exponential backoff (100 ms up to
- * 10 s); messages it held come back after their lease.
+ * 10 s); writes of outcomes are retried for up to a minute, so a database restart loses and repeats
+ * nothing. Interrupted (SIGTERM/SIGINT under `NodeRuntime.runMain`), it lets in-flight handlers finish
+ * within `shutdownTimeout`, records their outcomes, and releases the messages it claimed but did not start.
  *
  * @since 0.1.0
  * @category constructors
@@ -319,12 +364,22 @@ export const run = (
     const transport = yield* Transport
     const registry = yield* Handlers
     const strategy = yield* RetryStrategy
-    const counts = yield* Ref.make<WorkerSummary>({ handled: 0, retried: 0, failed: 0 })
-    const loop = consumeLoop(options, transport, registry, strategy, counts).pipe(
+    const startedAt = yield* Clock.currentTimeMillis
+    const state: RunState = {
+      options,
+      transport,
+      registry,
+      strategy,
+      counts: { handled: 0, retried: 0, failed: 0 },
+      startedAt,
+      timeLimitMs: options.timeLimit === undefined ? Infinity : Duration.toMillis(Duration.decode(options.timeLimit)),
+      shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds")
+    }
+    const reason = yield* consumeLoop(state).pipe(
       Effect.tapError((error) =>
         error._tag === "StopWorker"
           ? Effect.void
-          : Effect.logError("outbox worker: transport failure, restarting the loop", error)
+          : Effect.logError("outbox worker: storage failure, restarting the loop", error)
       ),
       Effect.retry({
         schedule: Schedule.exponential("100 millis").pipe(
@@ -333,59 +388,96 @@ export const run = (
         ),
         while: (error) => error._tag !== "StopWorker"
       }),
-      Effect.catchTag("StopWorker", () => Effect.void),
-      Effect.catchAllCause((cause) => Effect.logError("outbox worker stopped on an unexpected error", cause))
+      Effect.catchTag("StopWorker", (stop) => Effect.succeed(stop.reason)),
+      Effect.catchAllCause((cause) =>
+        Effect.logError("outbox worker stopped on an unexpected error", cause).pipe(Effect.as("empty" as const))
+      ),
+      Effect.onInterrupt(() => Effect.logInfo("outbox worker: stopped by interruption")),
+      Effect.annotateLogs({ worker: "effect-outbox" })
     )
-    yield* loop.pipe(Effect.annotateLogs({ worker: "effect-outbox" }))
-    return yield* Ref.get(counts)
+    return { ...state.counts, stoppedBy: reason }
   })
 
-const consumeLoop = (
-  options: WorkerOptions,
-  transport: TransportShape,
-  registry: HandlersShape,
-  strategy: RetryStrategyShape,
-  counts: Ref.Ref<WorkerSummary>
-) =>
+interface RunState {
+  readonly options: WorkerOptions
+  readonly transport: TransportShape
+  readonly registry: HandlersShape
+  readonly strategy: RetryStrategyShape
+  readonly counts: { handled: number; retried: number; failed: number }
+  readonly startedAt: number
+  readonly timeLimitMs: number
+  readonly shutdownTimeout: Duration.Duration
+}
+
+/** The limit that says to stop now, if any (checked between messages and between polls). */
+const limitReached = (state: RunState, now: number): StopReason | undefined => {
+  const { counts, options } = state
+  if (options.limit !== undefined && counts.handled + counts.retried + counts.failed >= options.limit) return "limit"
+  if (options.failureLimit !== undefined && counts.retried + counts.failed >= options.failureLimit) {
+    return "failure-limit"
+  }
+  if (now - state.startedAt >= state.timeLimitMs) return "time-limit"
+  if (options.memoryLimit !== undefined && process.memoryUsage.rss() >= options.memoryLimit) return "memory-limit"
+  return undefined
+}
+
+const stopMessage: Record<StopReason, (state: RunState) => string> = {
+  "limit": (s) => `message limit of ${s.options.limit} reached`,
+  "failure-limit": (s) => `failure limit of ${s.options.failureLimit} reached`,
+  "time-limit": (s) => `time limit of ${Duration.format(Duration.millis(s.timeLimitMs))} reached`,
+  "memory-limit": (s) => `memory limit of ${s.options.memoryLimit} bytes exceeded`,
+  "empty": () => "no message ready"
+}
+
+const stop = (state: RunState, reason: StopReason) =>
+  Effect.logInfo(`outbox worker: stopping, ${stopMessage[reason](state)}`).pipe(
+    Effect.zipRight(Effect.fail(new StopWorker({ reason })))
+  )
+
+const consumeLoop = (state: RunState) =>
   Effect.gen(function*() {
+    const { options, transport } = state
     const batchSize = Math.max(1, Math.floor(options.batchSize ?? 50))
-    const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
-    const sleep = Duration.decode(options.sleep ?? "1 second")
-    const limit = options.limit ?? Number.POSITIVE_INFINITY
-    const processed = () => Effect.map(Ref.get(counts), (c) => c.handled + c.retried + c.failed)
+    const sleepMs = Duration.toMillis(Duration.decode(options.sleep ?? "1 second"))
 
     while (true) {
       let found = false
       for (const name of options.transports) {
-        const remaining = limit - (yield* processed())
-        if (remaining <= 0) return yield* new StopWorker()
+        const reason = limitReached(state, yield* Clock.currentTimeMillis)
+        if (reason !== undefined) return yield* stop(state, reason)
+        const { counts } = state
+        const remaining = options.limit === undefined
+          ? batchSize
+          : options.limit - counts.handled - counts.retried - counts.failed
         const batch = yield* transport.claim(name, Math.min(batchSize, remaining))
         if (batch.length === 0) continue
         found = true
-        yield* processBatch(name, batch, concurrency, transport, registry, strategy, counts, options.onEvent)
+        yield* processBatch(state, name, batch)
         break
       }
-      if ((yield* processed()) >= limit) return yield* new StopWorker()
+      const now = yield* Clock.currentTimeMillis
+      const reason = limitReached(state, now)
+      if (reason !== undefined) return yield* stop(state, reason)
       if (!found) {
-        if (options.stopWhenEmpty === true) return yield* new StopWorker()
-        yield* Effect.sleep(sleep)
+        if (options.stopWhenEmpty === true) return yield* stop(state, "empty")
+        yield* Effect.sleep(Duration.millis(Math.min(sleepMs, state.startedAt + state.timeLimitMs - now)))
       }
     }
   })
 
-const processBatch = (
-  name: string,
-  batch: ReadonlyArray<ReceivedMessage>,
-  concurrency: number,
-  transport: TransportShape,
-  registry: HandlersShape,
-  strategy: RetryStrategyShape,
-  counts: Ref.Ref<WorkerSummary>,
-  onEvent: WorkerOptions["onEvent"]
-) =>
+/** Writes of outcomes survive a short database outage (a restart, killed connections). */
+const storageRetry = Schedule.exponential("50 millis").pipe(
+  Schedule.union(Schedule.spaced("2 seconds")),
+  Schedule.upTo("1 minute")
+)
+
+const processBatch = (state: RunState, name: string, batch: ReadonlyArray<ReceivedMessage>) =>
   Effect.gen(function*() {
+    const { counts, options, registry, strategy, transport } = state
+    const onEvent = options.onEvent
+    const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
     // held: claimed and not yet settled in storage (its lease is renewed);
-    // unstarted: claimed but not handed to a handler (given back at once on shutdown).
+    // unstarted: claimed but not handed to a handler (given back at once when the batch ends).
     const held = new Set(batch.map((row) => row.id))
     const unstarted = new Set(held)
     const acks: Array<string> = []
@@ -408,18 +500,22 @@ const processBatch = (
             return
           case "Ack": {
             acks.push(row.id)
-            yield* Ref.update(counts, (c) => ({ ...c, handled: c.handled + 1 }))
+            counts.handled++
             if (onEvent) {
               yield* onEvent(WorkerEvent.Handled({ transport: name, messageId: row.messageId, type: outcome.type, durationMs }))
             }
             return
           }
           case "Retry": {
-            yield* transport.retry(name, row.id, { delay: outcome.delay, headers: Headers.encode(outcome.headers) })
+            yield* transport.retry(name, row.id, { delay: outcome.delay, headers: Headers.encode(outcome.headers) }).pipe(
+              Effect.retry(storageRetry)
+            )
             held.delete(row.id)
-            yield* Ref.update(counts, (c) => ({ ...c, retried: c.retried + 1 }))
+            counts.retried++
             yield* Effect.logWarning(
-              `outbox worker: retry #${outcome.attempt} of ${outcome.type} ${row.messageId} in ${Duration.format(outcome.delay)}: ${outcome.error.tag}: ${outcome.error.message}`
+              `outbox worker: retry #${outcome.attempt} of ${outcome.type} ${row.messageId} in ${
+                Duration.format(outcome.delay)
+              }: ${outcome.error.tag}: ${outcome.error.message}`
             )
             if (onEvent) {
               yield* onEvent(WorkerEvent.Retried({
@@ -435,9 +531,11 @@ const processBatch = (
             return
           }
           case "Fail": {
-            yield* transport.fail(name, row.id, { headers: Headers.encode(outcome.headers) })
+            yield* transport.fail(name, row.id, { headers: Headers.encode(outcome.headers) }).pipe(
+              Effect.retry(storageRetry)
+            )
             held.delete(row.id)
-            yield* Ref.update(counts, (c) => ({ ...c, failed: c.failed + 1 }))
+            counts.failed++
             yield* Effect.logError(
               `outbox worker: ${outcome.type} ${row.messageId} moved to the failure queue: ${outcome.error.tag}: ${outcome.error.message}`
             )
@@ -455,23 +553,43 @@ const processBatch = (
         }
       })
 
+    // Each message runs to its outcome even when the worker is interrupted: the handler gets
+    // `shutdownTimeout` to finish, then it is interrupted and its message released.
     const one = (row: ReceivedMessage) =>
-      Effect.gen(function*() {
-        unstarted.delete(row.id)
-        const started = yield* Clock.currentTimeMillis
-        const outcome = yield* handleOne(row, registry, strategy)
-        const durationMs = (yield* Clock.currentTimeMillis) - started
-        yield* record(row, outcome, durationMs)
-      }).pipe(Effect.uninterruptible)
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          if (limitReached(state, yield* Clock.currentTimeMillis) !== undefined) return
+          unstarted.delete(row.id)
+          const started = yield* Clock.currentTimeMillis
+          const fiber = yield* Effect.fork(Effect.interruptible(handleOne(row, registry, strategy)))
+          const joined = yield* Effect.exit(restore(Fiber.join(fiber)))
+          let outcome: Outcome = { _tag: "Release" }
+          if (Exit.isSuccess(joined)) {
+            outcome = joined.value
+          } else {
+            yield* Effect.logInfo(
+              `outbox worker: shutting down, waiting up to ${Duration.format(state.shutdownTimeout)} for ${row.messageId}`
+            )
+            const late = yield* Effect.timeoutOption(Fiber.await(fiber), state.shutdownTimeout)
+            if (Option.isSome(late) && Exit.isSuccess(late.value)) {
+              outcome = late.value.value
+            } else {
+              yield* Fiber.interrupt(fiber)
+              yield* Effect.logWarning(`outbox worker: ${row.messageId} interrupted at shutdown, released`)
+            }
+          }
+          const durationMs = (yield* Clock.currentTimeMillis) - started
+          yield* record(row, outcome, durationMs)
+        })
+      )
 
     // Acks are written in batches: by a background flush while handlers run (so a slow batch does
-    // not hold finished messages) and once more when the batch ends.
-    // Uninterruptible: ids taken from `acks` are written, or logged as lost to a storage failure —
-    // never dropped by the interruption that ends the batch.
+    // not hold finished messages) and once more when the batch ends. Uninterruptible: ids taken from
+    // `acks` are written, or logged as lost to a storage failure — never dropped by an interruption.
     const flushAcks = Effect.suspend(() => {
       const ids = acks.splice(0, acks.length)
       return transport.ack(name, ids).pipe(
-        Effect.retry(Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(5)))),
+        Effect.retry(storageRetry),
         Effect.tap(() => ids.forEach((id) => held.delete(id)))
       )
     }).pipe(Effect.uninterruptible)
@@ -489,9 +607,12 @@ const processBatch = (
           yield* Fiber.interrupt(flusher)
           yield* flushAcks.pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
           yield* Fiber.interrupt(heartbeatFiber)
-          // Messages claimed but not started (shutdown, or a failure mid-batch) go back at once.
+          // Messages claimed but not started (a limit, shutdown, a failure mid-batch) go back at once.
           if (unstarted.size > 0) {
-            yield* transport.release(name, Array.from(unstarted)).pipe(Effect.catchAll(() => Effect.void))
+            yield* transport.release(name, Array.from(unstarted)).pipe(
+              Effect.retry(storageRetry),
+              Effect.catchAll(() => Effect.void)
+            )
           }
         })
       )
