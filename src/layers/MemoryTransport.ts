@@ -120,7 +120,7 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       names: Array.from(config.keys()),
       failureTransport: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => c.failureTransport),
       lease: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => Duration.millis(c.leaseMs)),
-      setup: Effect.void,
+      setup: Effect.succeed([]),
       send: (name, messages) =>
         Effect.gen(function*() {
           yield* lookup(name)

@@ -192,7 +192,7 @@ export const make = (
           cause: error
         })
       ),
-      Effect.asVoid
+      Effect.map((applied) => applied.map(([id, name]) => `${id}_${name}`))
     )
 
     const send: TransportShape["send"] = (name, messages) =>

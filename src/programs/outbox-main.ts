@@ -1,8 +1,7 @@
 /**
- * The package's `outbox` binary: the command tree without application handlers.
+ * The package's `outbox` binary: the command tree without application handlers
+ * (setup, failed-message commands and stats; an application mounts `consume` with its handlers).
  */
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import * as Effect from "effect/Effect"
 import * as Cli from "./Cli.js"
 
-Cli.run(Cli.make())(process.argv).pipe(Effect.provide(NodeContext.layer), NodeRuntime.runMain)
+Cli.main(Cli.make())

@@ -33,8 +33,8 @@ export interface TransportShape {
   readonly lease: (transport: string) => Option.Option<Duration.Duration>
   /** The transport a transport's failed messages move to (itself for a failure transport). */
   readonly failureTransport: (transport: string) => Option.Option<string>
-  /** Creates or migrates the storage; idempotent. */
-  readonly setup: Effect.Effect<void, TransportError | OutboxConfigError>
+  /** Creates or migrates the storage; idempotent. Returns the migrations it applied (none when up to date). */
+  readonly setup: Effect.Effect<ReadonlyArray<string>, TransportError | OutboxConfigError>
   readonly send: (
     transport: string,
     messages: ReadonlyArray<OutgoingMessage>

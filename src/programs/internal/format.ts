@@ -1,0 +1,38 @@
+/** @internal */
+export const renderTable = (
+  header: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<string>>
+): string => {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
+  const line = (cells: ReadonlyArray<string>) =>
+    cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ").trimEnd()
+  const rule = widths.map((w) => "-".repeat(w)).join("-+-")
+  return [line(header), rule, ...rows.map(line)].join("\n")
+}
+
+/** @internal */
+export const formatTime = (date: Date | null): string =>
+  date === null ? "-" : `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`
+
+/** @internal */
+export const formatAge = (ms: number | null): string => {
+  if (ms === null) return "-"
+  if (ms < 1000) return `${Math.round(ms)}ms`
+  const s = ms / 1000
+  if (s < 60) return `${s.toFixed(1)}s`
+  if (s < 3600) return `${Math.floor(s / 60)}m${Math.round(s % 60)}s`
+  return `${Math.floor(s / 3600)}h${Math.round((s % 3600) / 60)}m`
+}
+
+/** @internal */
+export const truncate = (text: string, max: number): string =>
+  text.length <= max ? text : `${text.slice(0, max - 1)}…`
+
+/** Parses `128M`-style sizes (K, M, G: powers of 1024; plain number: bytes). @internal */
+export const parseBytes = (input: string): number | undefined => {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([KMG]?)B?\s*$/i.exec(input)
+  if (match === null) return undefined
+  const unit = { "": 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3 }[match[2]!.toUpperCase() as "" | "K" | "M" | "G"]
+  const bytes = Math.floor(Number(match[1]) * unit)
+  return bytes > 0 ? bytes : undefined
+}
