@@ -561,7 +561,8 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
           if (limitReached(state, yield* Clock.currentTimeMillis) !== undefined) return
           unstarted.delete(row.id)
           const started = yield* Clock.currentTimeMillis
-          const fiber = yield* Effect.fork(Effect.interruptible(handleOne(row, registry, strategy)))
+          // A daemon: an interrupted parent must not take the handler down with it before the timeout.
+          const fiber = yield* Effect.forkDaemon(Effect.interruptible(handleOne(row, registry, strategy)))
           const joined = yield* Effect.exit(restore(Fiber.join(fiber)))
           let outcome: Outcome = { _tag: "Release" }
           if (Exit.isSuccess(joined)) {
@@ -570,11 +571,15 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
             yield* Effect.logInfo(
               `outbox worker: shutting down, waiting up to ${Duration.format(state.shutdownTimeout)} for ${row.messageId}`
             )
-            const late = yield* Effect.timeoutOption(Fiber.await(fiber), state.shutdownTimeout)
-            if (Option.isSome(late) && Exit.isSuccess(late.value)) {
-              outcome = late.value.value
+            // (A race such as Effect.timeout would be interrupted with us: a daemon timer interrupts the handler.)
+            const timer = yield* Effect.forkDaemon(
+              Effect.interruptible(Effect.sleep(state.shutdownTimeout)).pipe(Effect.zipRight(Fiber.interrupt(fiber)))
+            )
+            const late = yield* Fiber.await(fiber)
+            yield* Fiber.interrupt(timer)
+            if (Exit.isSuccess(late)) {
+              outcome = late.value
             } else {
-              yield* Fiber.interrupt(fiber)
               yield* Effect.logWarning(`outbox worker: ${row.messageId} interrupted at shutdown, released`)
             }
           }
