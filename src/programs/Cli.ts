@@ -25,7 +25,7 @@ import * as PgTransport from "../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
 import type { Handlers } from "../services/Handlers.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
-import { formatAge, formatTime, parseBytes, renderTable, truncate } from "./internal/format.js"
+import { formatAge, formatTime, oneLine, parseBytes, renderTable, truncate } from "./internal/format.js"
 import * as Worker from "./Worker.js"
 
 /**
@@ -203,7 +203,7 @@ export const make = (options: CliOptions = {}) => {
                 onEvent: (event: Worker.WorkerEvent) =>
                   Console.log(
                     `${event.messageId} ${event.type} ${event._tag.toLowerCase()} ${event.durationMs}ms` +
-                      (event._tag === "Handled" ? "" : ` ${event.error.tag}: ${event.error.message}`)
+                      (event._tag === "Handled" ? "" : ` ${event.error.tag}: ${oneLine(event.error.message)}`)
                   )
               }
               : {})
@@ -274,7 +274,7 @@ export const make = (options: CliOptions = {}) => {
           yield* Console.log(
             renderTable(
               ["Id", "Class", "Failed at", "Error"],
-              summaries.map((d) => [d.id, d.type, d.failedAt, truncate(d.error, 80)])
+              summaries.map((d) => [d.id, d.type, d.failedAt, truncate(oneLine(d.error), 100)])
             )
           )
           if (summaries.length === o.max) yield* Console.log(`Showing first ${o.max} messages.`)
@@ -485,7 +485,7 @@ const printFailed = (d: FailedDetails) =>
       ["Class", d.type],
       ["Message Id", d.messageId],
       ["Failed at", d.failedAt],
-      ["Error", d.errorMessage],
+      ["Error", truncate(oneLine(d.errorMessage), 200)],
       ["Error Class", d.errorTag],
       ["Transport", d.originalTransport ?? "(unknown)"]
     ]))
@@ -531,6 +531,10 @@ export const run = (command: ReturnType<typeof make>) => Command.run(command, { 
  */
 export const main = (command: ReturnType<typeof make>, argv: ReadonlyArray<string> = process.argv): void => {
   const verboseFlag = argv.includes("-v") || argv.includes("--verbose")
+  // `outbox failed:show | head` closes the pipe early: that is not an error.
+  process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+    if (error.code === "EPIPE") process.exit(process.exitCode ?? 0)
+  })
   run(command)(argv).pipe(
     Effect.catchAllCause((cause) => {
       if (Cause.isInterruptedOnly(cause)) return Effect.failCause(cause)

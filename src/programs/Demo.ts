@@ -60,6 +60,28 @@ export interface DemoSummary {
 /** The demo's own tables, apart from any application tables. */
 const outboxTable = "demo_outbox"
 
+/**
+ * The demo's transport options (its own table, `demo_outbox`).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const transportOptions: PgTransport.Options = { table: outboxTable }
+
+/**
+ * The demo's handler: issue an invoice for each paid order.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const handlers = Handlers.layer([
+  Handlers.handler(OrderPaid, (paid, envelope) =>
+    Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql`INSERT INTO demo_invoices (order_id, message_id) VALUES (${paid.orderId}, ${envelope.messageId})`).pipe(
+        Effect.asVoid
+      ), { name: "issue-invoice" })
+])
+
 class RolledBackOnPurpose extends Schema.TaggedError<RolledBackOnPurpose>()("RolledBackOnPurpose", {}) {}
 
 /**
@@ -82,13 +104,7 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
     yield* sql`INSERT INTO demo_orders (id, amount_cents)
       SELECT g, 100 + (g * 37) % 9900 FROM generate_series(1, ${options.orders}) g`
 
-    const handlers = Handlers.layer([
-      Handlers.handler(OrderPaid, (paid, envelope) =>
-        sql`INSERT INTO demo_invoices (order_id, message_id) VALUES (${paid.orderId}, ${envelope.messageId})`.pipe(
-          Effect.asVoid
-        ), { name: "issue-invoice" })
-    ])
-    const transport = PgTransport.layer({ table: outboxTable })
+    const transport = PgTransport.layer(transportOptions)
     const stack = Layer.mergeAll(Outbox.layer(), handlers, ScheduleRetryStrategy.layerDefault).pipe(
       Layer.provideMerge(transport)
     )

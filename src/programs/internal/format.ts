@@ -36,3 +36,6 @@ export const parseBytes = (input: string): number | undefined => {
   const bytes = Math.floor(Number(match[1]) * unit)
   return bytes > 0 ? bytes : undefined
 }
+
+/** Collapses a multi-line message (a Schema parse tree, a stack) onto one line. @internal */
+export const oneLine = (text: string): string => text.replace(/\s*\n\s*/g, " ").trim()
