@@ -85,8 +85,8 @@ export interface ResolvedPurgeOptions {
 export interface IdempotencyStoreShape {
   /** How long processed records are kept by default (what `purge` uses without `olderThan`). */
   readonly retention: Duration.Duration
-  /** Creates or migrates the storage; idempotent. */
-  readonly setup: Effect.Effect<void, TransportError>
+  /** Creates or migrates the storage; idempotent. Returns the migrations it applied (`<id>_<name>`). */
+  readonly setup: Effect.Effect<ReadonlyArray<string>, TransportError>
   /**
    * Runs `effect` unless this key was already processed: `Some(result)` when it ran, `None` when it
    * was skipped as a duplicate.

@@ -1,0 +1,310 @@
+/**
+ * The PostgreSQL idempotency store: one `(message_id, consumer)` row per processed message and
+ * consumer, inserted in the transaction of the side effect.
+ *
+ * @since 0.1.0
+ */
+import * as Migrator from "@effect/sql/Migrator"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Cause from "effect/Cause"
+import * as Config from "effect/Config"
+import type * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import { OutboxConfigError, TransportError } from "../domain/Errors.js"
+import * as IdempotencyKey from "../domain/IdempotencyKey.js"
+import * as Identifier from "../domain/Identifier.js"
+import {
+  IdempotencyStore,
+  type IdempotencyStoreShape,
+  purgeLoop,
+  type ResolvedPurgeOptions,
+  resolvePurgeOptions,
+  validateRetention
+} from "../services/IdempotencyStore.js"
+
+/**
+ * Options of the PostgreSQL idempotency store.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  /** Table name, optionally schema-qualified (default `outbox_idempotency`). */
+  readonly table?: string
+  /** How long records are kept by default (default 30 days, see `IdempotencyStore.defaultRetention`). */
+  readonly retention?: Duration.DurationInput
+  /** Run the migrations when the layer is built (default `false`: production runs setup explicitly). */
+  readonly autoSetup?: boolean
+  /**
+   * The transport table (for example `messenger_messages`). When set, a purge never deletes the record
+   * of a message still stored there — pending, retrying or in the failure queue — however old it is,
+   * so a failed message retried months later still skips the consumers that already handled it.
+   * Costs one index probe (`message_id`) per purged record.
+   */
+  readonly messagesTable?: string
+}
+
+/**
+ * The default table name.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const defaultTable = "outbox_idempotency"
+
+/**
+ * The name whose `hashtext` is the advisory lock key of `purgeExclusive` for a table. Take
+ * `pg_advisory_xact_lock(hashtext(<this name>))` to keep purgers away during maintenance.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const purgeLockName = (table: string): string => `effect-outbox:idempotency-purge:${table}`
+
+/**
+ * The migrations of the idempotency table, in order; each is idempotent on its own.
+ *
+ * @since 0.1.0
+ * @category migrations
+ */
+export const migrations = (table: string) => {
+  const index = (suffix: string) => `${table.replace(/\./g, "_").slice(0, 63 - suffix.length)}${suffix}`
+  return Migrator.fromRecord({
+    "1_create_idempotency": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+        message_id uuid NOT NULL,
+        consumer varchar(190) NOT NULL,
+        processed_at timestamptz(3) NOT NULL DEFAULT now(),
+        PRIMARY KEY (message_id, consumer)
+      )`
+      yield* sql`CREATE INDEX IF NOT EXISTS ${sql(index("_processed_at_idx"))} ON ${sql(table)} (processed_at)`
+    })
+  })
+}
+
+/** The failure of the caller's effect, carried through the transaction untouched. */
+class EffectFailure<E> {
+  constructor(readonly cause: Cause.Cause<E>) {}
+}
+
+/**
+ * Builds the store on the `SqlClient` in context. The side effects given to `runOnce` must use the
+ * same database through `SqlClient` to share its transaction.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: Options = {}
+): Effect.Effect<IdempotencyStoreShape, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const table = yield* Identifier.validateTableName(options.table ?? defaultTable, 48)
+    const messagesTable = options.messagesTable === undefined
+      ? undefined
+      : yield* Identifier.validateTableName(options.messagesTable)
+    const retention = yield* validateRetention(options.retention)
+    const t = sql(table)
+    const lockName = purgeLockName(table)
+
+    const toTransportError = (operation: string, error: unknown) =>
+      new TransportError({ transport: table, operation, message: describe(error), cause: error })
+    const wrap = (operation: string) => <A, R>(self: Effect.Effect<A, SqlError, R>) =>
+      Effect.mapError(self, (error) => toTransportError(operation, error))
+
+    /**
+     * `sql.withTransaction` with its own failures typed: a failed `BEGIN` (or connection) and a failed
+     * `COMMIT` — a defect in `@effect/sql` — become `TransportError`s. A failed COMMIT is ambiguous
+     * (committed or not); a retry finds out through the record.
+     */
+    const transaction = <A, E, R>(
+      operation: string,
+      body: Effect.Effect<A, E | TransportError, R>
+    ): Effect.Effect<A, E | TransportError, R> =>
+      sql.withTransaction(body).pipe(
+        Effect.catchAllCause((cause) => {
+          if (Option.isNone(Cause.failureOption(cause)) && !Cause.isInterrupted(cause)) {
+            const defect = Cause.dieOption(cause)
+            if (Option.isSome(defect) && isSqlError(defect.value)) {
+              return Effect.fail(toTransportError(`${operation}.commit`, defect.value))
+            }
+          }
+          return Effect.failCause(
+            Cause.map(cause, (error) =>
+              isSqlError(error) ? toTransportError(`${operation}.begin`, error) : error as E | TransportError)
+          )
+        })
+      )
+
+    /** Outside any caller's transaction: maintenance statements run on their own pool connections. */
+    const isolated = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      Effect.mapInputContext(self, (context: Context.Context<R>) =>
+        Context.omit(SqlClient.TransactionConnection)(context) as Context.Context<R>)
+
+    const setup = Migrator.make({})({ loader: migrations(table), table: `${table}_migrations` }).pipe(
+      Effect.provideService(SqlClient.SqlClient, sql),
+      Effect.catchAllDefect((defect) => Effect.fail(defect)),
+      Effect.mapError((error) =>
+        new TransportError({
+          transport: table,
+          operation: "setup",
+          message: `Setup of ${table} failed: ${describe(error)}`,
+          cause: error
+        })
+      ),
+      Effect.map((applied) => applied.map(([id, name]) => `${id}_${name}`))
+    )
+
+    const record = (key: IdempotencyKey.IdempotencyKey) =>
+      sql<{ inserted: number }>`
+        INSERT INTO ${t} (message_id, consumer) VALUES (${key.messageId}::uuid, ${key.consumer})
+        ON CONFLICT (message_id, consumer) DO NOTHING
+        RETURNING 1 AS inserted`.pipe(Effect.map((rows) => rows.length > 0), wrap("runOnce"))
+
+    const runOnce: IdempotencyStoreShape["runOnce"] = <A, E, R>(
+      key: IdempotencyKey.IdempotencyKey,
+      effect: Effect.Effect<A, E, R>
+    ) =>
+      Effect.flatMap(IdempotencyKey.validate(key), (valid) =>
+        transaction(
+          "runOnce",
+          Effect.flatMap(record(valid), (inserted) =>
+            inserted
+              ? effect.pipe(
+                // The effect's failure travels boxed, so that its own `SqlError`s and defects are never
+                // mistaken for the transaction's. Interruption stays interruption (and rolls back).
+                Effect.catchAllCause((cause) =>
+                  Cause.isInterruptedOnly(cause)
+                    ? Effect.failCause(cause as Cause.Cause<never>)
+                    : Effect.fail(new EffectFailure(cause))
+                ),
+                Effect.map(Option.some)
+              )
+              : Effect.succeedNone)
+        ).pipe(
+          Effect.catchAllCause((cause) =>
+            Effect.failCause(
+              Cause.flatMap(cause, (error): Cause.Cause<E | TransportError> =>
+                error instanceof EffectFailure ? (error.cause as Cause.Cause<E>) : Cause.fail(error))
+            )
+          )
+        ))
+
+    const isProcessed: IdempotencyStoreShape["isProcessed"] = (key) =>
+      Effect.flatMap(IdempotencyKey.validate(key), (valid) =>
+        sql<{ processed: boolean }>`
+          SELECT EXISTS (
+            SELECT 1 FROM ${t} WHERE message_id = ${valid.messageId}::uuid AND consumer = ${valid.consumer}
+          ) AS processed`.pipe(Effect.map((rows) => rows[0]?.processed === true), wrap("isProcessed")))
+
+    const guard = messagesTable === undefined
+      ? sql.literal("")
+      : sql`AND NOT EXISTS (SELECT 1 FROM ${sql(messagesTable)} m WHERE m.message_id = i.message_id)`
+
+    // One bounded DELETE of the oldest records; `SKIP LOCKED` keeps concurrent purges apart. The ctids
+    // are locked by `FOR UPDATE` in the same statement, so they still name the selected rows.
+    const deleteBatch = (o: ResolvedPurgeOptions) =>
+      sql<{ deleted: number }>`
+        WITH doomed AS (
+          SELECT i.ctid FROM ${t} AS i
+          WHERE i.processed_at < now() - ${Duration.toMillis(o.olderThan)}::float8 * interval '1 millisecond'
+            ${guard}
+          ORDER BY i.processed_at
+          LIMIT ${o.batchSize}
+          FOR UPDATE OF i SKIP LOCKED
+        ), gone AS (
+          DELETE FROM ${t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
+        )
+        SELECT count(*)::int AS deleted FROM gone`.pipe(Effect.map((rows) => rows[0]?.deleted ?? 0), wrap("purge"))
+
+    const purge: IdempotencyStoreShape["purge"] = (purgeOptions) =>
+      Effect.flatMap(resolvePurgeOptions(purgeOptions, retention), (o) =>
+        purgeLoop(o, isolated(Effect.map(deleteBatch(o), Option.some))).pipe(
+          Effect.map(Option.getOrElse(() => 0))
+        ))
+
+    // Each batch is one short transaction holding the transaction-level advisory lock: released on
+    // commit, rollback, interruption or a lost connection — never left behind on a pooled connection.
+    const exclusiveBatch = (o: ResolvedPurgeOptions) =>
+      isolated(transaction(
+        "purge",
+        Effect.gen(function*() {
+          const rows = yield* sql<{ locked: boolean }>`
+            SELECT pg_try_advisory_xact_lock(hashtext(${lockName})) AS locked`.pipe(wrap("purge.lock"))
+          if (rows[0]?.locked !== true) return Option.none<number>()
+          return Option.some(yield* deleteBatch(o))
+        })
+      ))
+
+    const purgeExclusive: IdempotencyStoreShape["purgeExclusive"] = (purgeOptions) =>
+      Effect.flatMap(resolvePurgeOptions(purgeOptions, retention), (o) => purgeLoop(o, exclusiveBatch(o)))
+
+    if (options.autoSetup === true) yield* setup
+
+    return { retention, setup, runOnce, isProcessed, purge, purgeExclusive }
+  })
+
+/**
+ * The store layer over the `SqlClient` in context (for example `PgClient.layer`).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (
+  options: Options = {}
+): Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
+  Layer.effect(IdempotencyStore, make(options))
+
+/**
+ * The options read from configuration: `OUTBOX_IDEMPOTENCY_TABLE`, `OUTBOX_IDEMPOTENCY_RETENTION`
+ * (a duration such as `30 days`) and `OUTBOX_IDEMPOTENCY_MESSAGES_TABLE`, each optional.
+ *
+ * @since 0.1.0
+ * @category config
+ */
+export const config: Config.Config<Pick<Options, "table" | "retention" | "messagesTable">> = Config.all({
+  table: Config.option(Config.string("TABLE")),
+  retention: Config.option(Config.duration("RETENTION")),
+  messagesTable: Config.option(Config.string("MESSAGES_TABLE"))
+}).pipe(
+  Config.map((o) => {
+    const options: { -readonly [K in "table" | "retention" | "messagesTable"]?: Options[K] } = {}
+    if (Option.isSome(o.table)) options.table = o.table.value
+    if (Option.isSome(o.retention)) options.retention = o.retention.value
+    if (Option.isSome(o.messagesTable)) options.messagesTable = o.messagesTable.value
+    return options
+  }),
+  Config.nested("IDEMPOTENCY"),
+  Config.nested("OUTBOX")
+)
+
+/**
+ * The store layer with its table and retention read from configuration (see `config`); `options`
+ * gives the rest (and values configuration does not set).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Options = {}
+): Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError | ConfigError.ConfigError, SqlClient.SqlClient> =>
+  Layer.effect(IdempotencyStore, Effect.flatMap(config, (configured) => make({ ...options, ...configured })))
+
+const isSqlError = (u: unknown): u is SqlError =>
+  typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "SqlError"
+
+const describe = (error: unknown): string => {
+  if (typeof error === "object" && error !== null) {
+    const cause = (error as { cause?: unknown }).cause
+    const own = (error as { message?: unknown }).message
+    const inner = typeof cause === "object" && cause !== null ? (cause as { message?: unknown }).message : undefined
+    return [own, inner].filter((s) => typeof s === "string" && s.length > 0).join(": ") || String(error)
+  }
+  return String(error)
+}
