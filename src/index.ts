@@ -38,3 +38,11 @@ export * as ScheduleRetryStrategy from "./layers/ScheduleRetryStrategy.js"
 export * as Worker from "./programs/Worker.js"
 /** @since 0.1.0 */
 export * as Cli from "./programs/Cli.js"
+/** @since 0.1.0 */
+export * as IdempotencyKey from "./domain/IdempotencyKey.js"
+/** @since 0.1.0 */
+export * as IdempotencyStore from "./services/IdempotencyStore.js"
+/** @since 0.1.0 */
+export * as PgIdempotencyStore from "./layers/PgIdempotencyStore.js"
+/** @since 0.1.0 */
+export * as MemoryIdempotencyStore from "./layers/MemoryIdempotencyStore.js"

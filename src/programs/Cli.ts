@@ -21,11 +21,13 @@ import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import type { StoredMessage, TransportStats } from "../domain/Envelope.js"
 import * as Headers from "../domain/Headers.js"
+import * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
 import type { Handlers } from "../services/Handlers.js"
+import { IdempotencyStore } from "../services/IdempotencyStore.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
-import { formatAge, formatTime, oneLine, parseBytes, renderTable, truncate } from "./internal/format.js"
+import { formatAge, formatTime, oneLine, parseBytes, parseDurationMs, renderTable, truncate } from "./internal/format.js"
 import * as Worker from "./Worker.js"
 
 /**
@@ -35,8 +37,16 @@ import * as Worker from "./Worker.js"
  * @category models
  */
 export interface CliOptions {
-  /** The application's handlers (they may use the `SqlClient`); without them there is no `consume` command. */
-  readonly handlers?: Layer.Layer<Handlers, unknown, SqlClient.SqlClient>
+  /**
+   * The application's handlers (they may use the `SqlClient` and the `IdempotencyStore`); without them there
+   * is no `consume` command.
+   */
+  readonly handlers?: Layer.Layer<Handlers, unknown, SqlClient.SqlClient | IdempotencyStore>
+  /**
+   * The idempotency store's options (`OUTBOX_IDEMPOTENCY_TABLE` overrides the table); `setup-transports` creates
+   * its table too. `false` leaves it out.
+   */
+  readonly idempotency?: PgIdempotencyStore.Options | false
   /** Transport options; `OUTBOX_TABLE` overrides the table name. */
   readonly transport?: PgTransport.Options
   readonly retry?: ScheduleRetryStrategy.Options
@@ -113,17 +123,31 @@ export const make = (options: CliOptions = {}) => {
       )
     )
 
-  const transportLayer = (flag: Option.Option<Redacted.Redacted>) =>
-    Layer.unwrapEffect(
-      Effect.map(
-        Config.option(Config.string("OUTBOX_TABLE")),
-        (table) =>
-          PgTransport.layer({
-            ...options.transport,
-            ...(Option.isSome(table) ? { table: table.value } : {})
-          })
-      )
-    ).pipe(Layer.provideMerge(database(flag)))
+  const transportLayer = (flag: Option.Option<Redacted.Redacted>) => transportOnly.pipe(Layer.provideMerge(database(flag)))
+
+  const transportOnly = Layer.unwrapEffect(
+    Effect.map(
+      Config.option(Config.string("OUTBOX_TABLE")),
+      (table) =>
+        PgTransport.layer({
+          ...options.transport,
+          ...(Option.isSome(table) ? { table: table.value } : {})
+        })
+    )
+  )
+
+  const idempotencyOptions = options.idempotency === false ? undefined : options.idempotency ?? {}
+  const idempotencyOnly = Layer.unwrapEffect(
+    Effect.map(
+      Config.option(Config.string("OUTBOX_IDEMPOTENCY_TABLE")),
+      (table) =>
+        PgIdempotencyStore.layer({
+          ...idempotencyOptions,
+          ...(Option.isSome(table) ? { table: table.value } : {})
+        })
+    )
+  )
+  const idempotencyLayer = (flag: Option.Option<Redacted.Redacted>) => idempotencyOnly.pipe(Layer.provide(database(flag)))
 
   const withTransport = <A, E, R>(flag: Option.Option<Redacted.Redacted>, self: Effect.Effect<A, E, R>) =>
     Effect.provide(self, transportLayer(flag))
@@ -143,7 +167,11 @@ export const make = (options: CliOptions = {}) => {
         Effect.gen(function*() {
           const transport = yield* Transport
           yield* known(transport, o.transports)
-          const applied = yield* transport.setup
+          const applied = [...yield* transport.setup]
+          if (idempotencyOptions !== undefined) {
+            const store = yield* Effect.provide(IdempotencyStore, idempotencyOnly)
+            applied.push(...(yield* store.setup).map((m) => `idempotency ${m}`))
+          }
           yield* Console.log(
             applied.length === 0
               ? "Schema is up to date; nothing to do."
@@ -152,6 +180,7 @@ export const make = (options: CliOptions = {}) => {
           for (const name of o.transports.length > 0 ? o.transports : transport.names) {
             yield* Console.log(`[OK] The "${name}" transport was set up successfully.`)
           }
+          if (idempotencyOptions !== undefined) yield* Console.log("[OK] The idempotency store was set up successfully.")
         })
       )
   ).pipe(Command.withDescription("Create or migrate the outbox table (idempotent, versioned)"))
@@ -215,11 +244,45 @@ export const make = (options: CliOptions = {}) => {
         }).pipe(
           Effect.provide(
             Layer.mergeAll(handlers, ScheduleRetryStrategy.layer(options.retry)).pipe(
-              Layer.provideMerge(transportLayer(o.dsn))
+              Layer.provideMerge(idempotencyOptions === undefined ? Layer.empty : idempotencyOnly),
+              Layer.provideMerge(transportOnly),
+              Layer.provideMerge(database(o.dsn))
             )
           )
         )
     ).pipe(Command.withDescription("Run the worker on the given transports, by priority"))
+
+  const idempotencyPurge = Command.make(
+    "idempotency:purge",
+    {
+      dsn,
+      olderThan: Options.text("older-than").pipe(
+        Options.withDescription("Delete records processed longer ago than this (e.g. 30d, 12h, 90 minutes)"),
+        Options.mapEffect((text) => {
+          const ms = parseDurationMs(text)
+          return ms === undefined || !(ms > 0)
+            ? Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--older-than: expected a duration such as 30d, got ${text}`)))
+            : Effect.succeed(ms)
+        })
+      ),
+      batchSize: positive("batch-size").pipe(Options.withDefault(1000))
+    },
+    (o) =>
+      Effect.gen(function*() {
+        const store = yield* IdempotencyStore
+        let batches = 0
+        const deleted = yield* store.purgeExclusive({
+          olderThan: o.olderThan,
+          batchSize: o.batchSize,
+          onBatch: () => Effect.sync(() => void batches++)
+        })
+        yield* Option.match(deleted, {
+          onNone: () => Console.log("Another purger holds the lock; nothing done."),
+          onSome: (n) =>
+            Console.log(`[OK] Deleted ${n} record(s) older than ${formatAge(o.olderThan)} in ${batches} batch(es).`)
+        })
+      }).pipe(Effect.provide(idempotencyLayer(o.dsn)))
+  ).pipe(Command.withDescription("Delete idempotency records older than a window, in batches, one purger at a time"))
 
   const failedShow = Command.make(
     "failed:show",
@@ -421,6 +484,7 @@ export const make = (options: CliOptions = {}) => {
   const builtIn = [setupTransports, failedShow, failedRetry, failedRemove, stats] as const
   const subcommands = [
     ...builtIn,
+    ...(idempotencyOptions === undefined ? [] : [idempotencyPurge]),
     ...(options.handlers === undefined ? [] : [consume(options.handlers)]),
     ...(options.commands ?? [])
   ] as unknown as readonly [typeof setupTransports]

@@ -11,9 +11,11 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
 import * as Handlers from "../services/Handlers.js"
+import { IdempotencyStore } from "../services/IdempotencyStore.js"
 import * as Outbox from "../services/Outbox.js"
 import { Transport } from "../services/Transport.js"
 import * as Worker from "./Worker.js"
@@ -40,6 +42,8 @@ export interface DemoOptions {
   /** Share of payments rolled back on purpose, in [0, 1]. */
   readonly rollbackShare: number
   readonly producers: number
+  /** Share of handled messages delivered again on purpose (as after a crash before the ack), in [0, 1]. */
+  readonly redeliverShare: number
   readonly json: boolean
 }
 
@@ -69,7 +73,16 @@ const outboxTable = "demo_outbox"
 export const transportOptions: PgTransport.Options = { table: outboxTable }
 
 /**
- * The demo's handler: issue an invoice for each paid order.
+ * The demo's idempotency store options (its own table, `demo_idempotency`).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const idempotencyOptions: PgIdempotencyStore.Options = { table: "demo_idempotency", messagesTable: outboxTable }
+
+/**
+ * The demo's handler: issue an invoice for each paid order — an idempotent consumer, so a redelivered
+ * message never issues a second invoice (the invoice and its dedupe record commit together).
  *
  * @since 0.1.0
  * @category layers
@@ -79,7 +92,7 @@ export const handlers = Handlers.layer([
     Effect.flatMap(SqlClient.SqlClient, (sql) =>
       sql`INSERT INTO demo_invoices (order_id, message_id) VALUES (${paid.orderId}, ${envelope.messageId})`).pipe(
         Effect.asVoid
-      ), { name: "issue-invoice" })
+      ), { name: "issue-invoice", idempotent: true })
 ])
 
 class RolledBackOnPurpose extends Schema.TaggedError<RolledBackOnPurpose>()("RolledBackOnPurpose", {}) {}
@@ -104,15 +117,16 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
     yield* sql`INSERT INTO demo_orders (id, amount_cents)
       SELECT g, 100 + (g * 37) % 9900 FROM generate_series(1, ${options.orders}) g`
 
-    const transport = PgTransport.layer(transportOptions)
     const stack = Layer.mergeAll(Outbox.layer(), handlers, ScheduleRetryStrategy.layerDefault).pipe(
-      Layer.provideMerge(transport)
+      Layer.provideMerge(PgIdempotencyStore.layer(idempotencyOptions)),
+      Layer.provideMerge(PgTransport.layer(transportOptions))
     )
 
     return yield* Effect.gen(function*() {
-      const store = yield* Transport
-      yield* store.setup
+      yield* (yield* Transport).setup
+      yield* (yield* IdempotencyStore).setup
       yield* sql`DELETE FROM ${sql(outboxTable)}`
+      yield* sql`DELETE FROM ${sql(idempotencyOptions.table!)}`
       yield* say(
         `effect-outbox demo: paying ${options.orders} orders with ${options.producers} producers, ` +
           `${Math.round(options.rollbackShare * 100)}% rolled back on purpose`
@@ -156,8 +170,31 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
       yield* Fiber.interrupt(ticker)
       yield* progress
 
-      const [result] = yield* sql<{ handled: number; total: number; failed: number; rolled_back_handled: number }>`
+      // Deliver a share of the handled messages again, as a crash between the invoice and the ack would:
+      // same message id, same body. The idempotent consumer must skip every one of them.
+      const again = yield* sql<{ n: number }>`
+        WITH picked AS (
+          SELECT i.message_id, o.id, o.amount_cents FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
+          WHERE (o.id * 4999) % 1000 < ${Math.round(options.redeliverShare * 1000)})
+        INSERT INTO ${sql(outboxTable)} (message_id, body, headers, queue_name, available_at)
+        SELECT message_id, json_build_object('_tag', 'OrderPaid', 'orderId', id, 'amountCents', amount_cents)::text,
+               '{"type":"OrderPaid"}', 'outbox', now()
+        FROM picked RETURNING 1 AS n`
+      const redelivered = yield* Worker.run({ transports: ["outbox"], batchSize: 100, stopWhenEmpty: true })
+      yield* say(
+        `  delivered ${again.length} handled messages again on purpose: ${redelivered.handled} skipped by the ` +
+          `idempotent invoice consumer`
+      )
+
+      const [result] = yield* sql<{
+        handled: number
+        total: number
+        orders: number
+        failed: number
+        rolled_back_handled: number
+      }>`
         SELECT count(DISTINCT message_id)::int AS handled, count(*)::int AS total,
+               count(DISTINCT order_id)::int AS orders,
                (SELECT count(*)::int FROM ${sql(outboxTable)} WHERE queue_name = 'failed') AS failed,
                (SELECT count(*)::int FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
                  WHERE o.paid_at IS NULL) AS rolled_back_handled
@@ -170,7 +207,8 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
         duplicates: result!.total - result!.handled
       }
       const ok = summary.handled === summary.committed && summary.failed === 0 && summary.duplicates === 0 &&
-        result!.rolled_back_handled === 0
+        result!.rolled_back_handled === 0 && result!.orders === summary.committed &&
+        result!.total === summary.committed && redelivered.handled === again.length
       yield* say("")
       yield* say("Summary")
       yield* say(`  committed payments             ${summary.committed}`)
@@ -179,7 +217,13 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
       yield* say(`  failed (failure queue)         ${summary.failed}`)
       yield* say(`  handled twice (duplicates)     ${summary.duplicates}`)
       yield* say(`  rolled-back orders handled     ${result!.rolled_back_handled}`)
-      yield* say(ok ? "  ✔ every committed payment was announced exactly once; no rolled-back one ever was" : "  ✘ CONTRACT BROKEN")
+      yield* say(`  redelivered on purpose         ${again.length}`)
+      yield* say(`  invoices issued                ${result!.total} (for ${result!.orders} orders)`)
+      yield* say(
+        ok
+          ? "  ✔ every committed payment was announced and invoiced exactly once; no rolled-back one ever was"
+          : "  ✘ CONTRACT BROKEN"
+      )
       if (options.json) yield* Console.log(JSON.stringify(summary))
       if (!ok) return yield* Effect.fail(new Error("The demo found a broken guarantee"))
       return summary

@@ -25,6 +25,7 @@ import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
 import type { MessageId } from "../domain/MessageId.js"
 import { Handlers, type HandlersShape, type RegisteredHandler } from "../services/Handlers.js"
+import * as IdempotencyStore from "../services/IdempotencyStore.js"
 import { RetryStrategy, type RetryStrategyShape } from "../services/RetryStrategy.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 
@@ -97,6 +98,17 @@ export interface WorkerOptions {
   readonly shutdownTimeout?: Duration.DurationInput
   /** Called after each outcome is recorded. */
   readonly onEvent?: (event: WorkerEvent) => Effect.Effect<void>
+  /**
+   * The retention job of the `IdempotencyStore`, when one is in context: every `every` (default 5 minutes),
+   * one worker at a time (an advisory lock) deletes the records older than `olderThan` (default: the store's
+   * retention) in batches. `false` turns it off.
+   */
+  readonly idempotencyPurge?: false | {
+    readonly every?: Duration.DurationInput
+    readonly olderThan?: Duration.DurationInput
+    readonly batchSize?: number
+    readonly maxBatches?: number
+  }
 }
 
 /**
@@ -375,7 +387,9 @@ export const run = (
       timeLimitMs: options.timeLimit === undefined ? Infinity : Duration.toMillis(Duration.decode(options.timeLimit)),
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds")
     }
+    const purger = yield* Effect.forkDaemon(purgeJob(options))
     const reason = yield* consumeLoop(state).pipe(
+      Effect.ensuring(Fiber.interrupt(purger)),
       Effect.tapError((error) =>
         error._tag === "StopWorker"
           ? Effect.void
@@ -397,6 +411,29 @@ export const run = (
     )
     return { ...state.counts, stoppedBy: reason }
   })
+
+/** The idempotency retention job: exclusive (advisory lock) and batched, so any number of workers may run it. */
+const purgeJob = (options: WorkerOptions) =>
+  Effect.gen(function*() {
+    const store = yield* Effect.serviceOption(IdempotencyStore.IdempotencyStore)
+    if (Option.isNone(store) || options.idempotencyPurge === false) return
+    const o = options.idempotencyPurge ?? {}
+    const every = Duration.decode(o.every ?? "5 minutes")
+    const purgeOnce = store.value.purgeExclusive({
+      ...(o.olderThan === undefined ? {} : { olderThan: o.olderThan }),
+      batchSize: o.batchSize ?? IdempotencyStore.defaultPurgeBatchSize,
+      maxBatches: o.maxBatches ?? 100
+    }).pipe(
+      Effect.tap((deleted) =>
+        Option.match(deleted, {
+          onNone: () => Effect.logDebug("outbox worker: another worker is purging idempotency records"),
+          onSome: (n) => n > 0 ? Effect.logInfo(`outbox worker: purged ${n} idempotency records`) : Effect.void
+        })
+      ),
+      Effect.catchAll((error) => Effect.logWarning("outbox worker: idempotency purge failed", error))
+    )
+    yield* purgeOnce.pipe(Effect.delay(every), Effect.forever)
+  }).pipe(Effect.interruptible)
 
 interface RunState {
   readonly options: WorkerOptions

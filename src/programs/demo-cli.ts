@@ -5,4 +5,4 @@
 import * as Cli from "./Cli.js"
 import * as Demo from "./Demo.js"
 
-Cli.main(Cli.make({ handlers: Demo.handlers, transport: Demo.transportOptions }))
+Cli.main(Cli.make({ handlers: Demo.handlers, transport: Demo.transportOptions, idempotency: Demo.idempotencyOptions }))

@@ -33,7 +33,11 @@ const demo = Command.make(
       Options.withDefault(0.1),
       Options.withDescription("Share of payments rolled back on purpose (0..1)")
     ),
-    producers: Options.integer("producers").pipe(Options.withDefault(8))
+    producers: Options.integer("producers").pipe(Options.withDefault(8)),
+    redeliverShare: Options.float("redeliver-share").pipe(
+      Options.withDefault(0.02),
+      Options.withDescription("Share of handled messages delivered again on purpose (0..1)")
+    )
   },
   (options) =>
     Effect.gen(function*() {

@@ -6,9 +6,12 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import type { Envelope } from "../domain/Envelope.js"
-import { OutboxConfigError } from "../domain/Errors.js"
+import { OutboxConfigError, type TransportError } from "../domain/Errors.js"
+import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import type { MessageClass, Tagged } from "../domain/Message.js"
+import * as IdempotencyStore from "./IdempotencyStore.js"
 
 /**
  * A handler of one message type. Its error channel decides the outcome:
@@ -24,6 +27,8 @@ export interface Handler<A extends Tagged, E, R> {
   readonly name: string
   /** When set, the handler only runs for messages received from this transport. */
   readonly fromTransport?: string | undefined
+  /** Run at most once per message id under this consumer name (`true`: the handler's name). */
+  readonly idempotent?: boolean | string | undefined
   readonly handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>
 }
 
@@ -55,7 +60,22 @@ export interface HandlerOptions {
   /** Defaults to the message tag (plus `#2`, `#3`, … for further handlers of the same type). */
   readonly name?: string
   readonly fromTransport?: string
+  /**
+   * Make the handler an idempotent consumer: its effect runs at most once per message id, recorded by the
+   * `IdempotencyStore` in the same transaction as the effect's own SQL. `true` uses the handler's name as the
+   * consumer name, a string names the consumer. Renaming the consumer makes every message within the
+   * retention window new to it.
+   */
+  readonly idempotent?: boolean | string
 }
+
+/**
+ * The error channel of an idempotent handler.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type IdempotentError<E> = E | TransportError | IdempotencyKey.InvalidIdempotencyKeyError
 
 /**
  * Declares a handler for a message class.
@@ -63,21 +83,35 @@ export interface HandlerOptions {
  * @example
  * ```ts
  * const onPaid = Handlers.handler(OrderPaid, (paid) => Effect.log(`paid ${paid.orderId}`))
+ * const invoice = Handlers.handler(OrderPaid, issueInvoice, { name: "invoices", idempotent: true })
  * ```
  *
  * @since 0.1.0
  * @category constructors
  */
-export const handler = <A extends Tagged, I, E, R>(
+export function handler<A extends Tagged, I, E, R>(
+  message: MessageClass<A, I>,
+  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
+  options: HandlerOptions & { readonly idempotent: true | string }
+): Handler<A, IdempotentError<E>, R | IdempotencyStore.IdempotencyStore>
+export function handler<A extends Tagged, I, E, R>(
+  message: MessageClass<A, I>,
+  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
+  options?: HandlerOptions
+): Handler<A, E, R>
+export function handler<A extends Tagged, I, E, R>(
   message: MessageClass<A, I>,
   handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
   options: HandlerOptions = {}
-): Handler<A, E, R> => ({
-  message,
-  name: options.name ?? "",
-  fromTransport: options.fromTransport,
-  handle
-})
+): Handler<A, E, R> {
+  return {
+    message,
+    name: options.name ?? "",
+    fromTransport: options.fromTransport,
+    idempotent: options.idempotent,
+    handle
+  }
+}
 
 /**
  * A registered handler with its services already provided.
@@ -152,13 +186,25 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
         return yield* new OutboxConfigError({ message: `Duplicate handler name ${name}` })
       }
       names.add(name)
+      const consumer = h.idempotent === undefined || h.idempotent === false
+        ? undefined
+        : yield* IdempotencyKey.validateConsumer(typeof h.idempotent === "string" ? h.idempotent : name)
+      if (consumer !== undefined && Option.isNone(Context.getOption(context, IdempotencyStore.IdempotencyStore))) {
+        return yield* new OutboxConfigError({
+          message: `Handler ${name} is idempotent but no IdempotencyStore is provided to the handlers layer`
+        })
+      }
+      const run = (message: Tagged, envelope: Envelope) =>
+        h.handle(message, envelope as Envelope<any>) as Effect.Effect<void, unknown, Handler.Context<Hs[number]>>
       list.push({
         name,
         fromTransport: h.fromTransport,
         handle: (message, envelope) =>
           Effect.provide(
-            h.handle(message, envelope as Envelope<any>) as Effect.Effect<void, unknown, Handler.Context<Hs[number]>>,
-            context
+            consumer === undefined
+              ? run(message, envelope)
+              : Effect.asVoid(IdempotencyStore.once(envelope, consumer, Effect.suspend(() => run(message, envelope)))),
+            context as Context.Context<Handler.Context<Hs[number]> | IdempotencyStore.IdempotencyStore>
           )
       })
       byType.set(tag, list)

@@ -21,7 +21,8 @@ export const formatAge = (ms: number | null): string => {
   const s = ms / 1000
   if (s < 60) return `${s.toFixed(1)}s`
   if (s < 3600) return `${Math.floor(s / 60)}m${Math.round(s % 60)}s`
-  return `${Math.floor(s / 3600)}h${Math.round((s % 3600) / 60)}m`
+  if (s < 86_400) return `${Math.floor(s / 3600)}h${Math.round((s % 3600) / 60)}m`
+  return `${Math.floor(s / 86_400)}d${Math.round((s % 86_400) / 3600)}h`
 }
 
 /** @internal */
@@ -39,3 +40,19 @@ export const parseBytes = (input: string): number | undefined => {
 
 /** Collapses a multi-line message (a Schema parse tree, a stack) onto one line. @internal */
 export const oneLine = (text: string): string => text.replace(/\s*\n\s*/g, " ").trim()
+
+/** Parses durations such as `30d`, `12h`, `90 minutes`, `1.5 days` into milliseconds. @internal */
+export const parseDurationMs = (input: string): number | undefined => {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(input)
+  if (match === null) return undefined
+  const units: Record<string, number> = {
+    "ms": 1, "millis": 1, "milliseconds": 1,
+    "": 1000, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
+    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000
+  }
+  const unit = units[match[2]!.toLowerCase()]
+  return unit === undefined ? undefined : Number(match[1]) * unit
+}
