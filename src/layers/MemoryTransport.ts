@@ -9,6 +9,8 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
+import * as Queue from "effect/Queue"
 import type { ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
 import * as Headers from "../domain/Headers.js"
 import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
@@ -91,6 +93,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       }
     }
     const rows = new Map<string, Row>()
+    const hints = yield* PubSub.sliding<string>(64)
+    const hint = (queue: string) => void hints.unsafeOffer(queue)
     let sequence = 0n
 
     const lookup = (name: string) => {
@@ -140,6 +144,7 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
               deliveries: 0
             })
           }
+          if (messages.length > 0) hint(name)
         }),
       claim: (name, batchSize) =>
         Effect.gen(function*() {
@@ -179,15 +184,44 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       keepalive: (_name, ids) =>
         Effect.map(Clock.currentTimeMillis, (now) =>
           ids.forEach((id) => update(id, (row) => row.deliveredAt === null ? row : { ...row, deliveredAt: now }))),
-      release: (_name, ids) =>
-        Effect.sync(() =>
+      release: (name, ids) =>
+        Effect.sync(() => {
           ids.forEach((id) =>
             update(id, (row) =>
               row.deliveredAt === null
                 ? row
                 : { ...row, deliveredAt: null, deliveries: Math.max(0, row.deliveries - 1) })
           )
-        ),
+          if (ids.length > 0) hint(name)
+        }),
+      nextDue: (name) =>
+        Effect.gen(function*() {
+          const { leaseMs } = yield* lookup(name)
+          const now = yield* Clock.currentTimeMillis
+          let due: number | undefined
+          for (const row of rows.values()) {
+            if (row.queueName !== name) continue
+            const at = row.availableAt > now
+              ? row.availableAt
+              : row.deliveredAt !== null
+              ? row.deliveredAt + leaseMs
+              : undefined
+            if (at !== undefined && (due === undefined || at < due)) due = at
+          }
+          return due === undefined ? Option.none() : Option.some(Math.max(0, due - now))
+        }),
+      wakeups: (names) =>
+        Effect.gen(function*() {
+          const queues = new Set(names)
+          const subscription = yield* PubSub.subscribe(hints)
+          const signal = yield* Queue.sliding<void>(1)
+          yield* Queue.take(subscription).pipe(
+            Effect.flatMap((queue) => (queues.has(queue) ? Queue.offer(signal, undefined) : Effect.void)),
+            Effect.forever,
+            Effect.forkScoped
+          )
+          return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal))
+        }),
       list: (name, { max, type }) =>
         Effect.map(lookup(name), () =>
           Array.from(rows.values())
@@ -217,6 +251,7 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           if (row === undefined || row.queueName !== from) return false
           const now = yield* Clock.currentTimeMillis
           rows.set(id, { ...row, queueName: to, availableAt: now, deliveredAt: null, deliveries: 0, headers })
+          hint(to)
           return true
         }),
       stats: (name) =>

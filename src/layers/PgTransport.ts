@@ -4,17 +4,24 @@
  * @since 0.1.0
  */
 import * as Migrator from "@effect/sql/Migrator"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import type * as Statement from "@effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
+import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
+import * as Exit from "effect/Exit"
 import type { OutgoingMessage, ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
 import * as Headers from "../domain/Headers.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
+import { listen } from "./internal/pgListener.js"
 
 /**
  * Options of one named transport.
@@ -48,6 +55,15 @@ export interface Options {
   readonly transports?: Readonly<Record<string, TransportOptions>>
   /** Run the migrations when the layer is built (default `false`: production runs `setup-transports`). */
   readonly autoSetup?: boolean
+  /**
+   * Wake workers at commit with `pg_notify` (default `true`): each send statement notifies once per queue,
+   * delivered when the transaction commits — never before the row is visible. Workers listen on a dedicated
+   * connection (when a `PgClient` is in context) and still poll as the safety net. Turn it off for very
+   * many concurrent producers: PostgreSQL serializes committing transactions that notified.
+   */
+  readonly notify?: boolean
+  /** The notification channel (default: the table name, `.` replaced by `_`). */
+  readonly channel?: string
 }
 
 /**
@@ -166,6 +182,14 @@ export const make = (
     const table = yield* Identifier.validateTableName(options.table ?? defaultTable, 48)
     const transports = yield* resolveTransports(options.transports ?? { outbox: {} })
     const t = sql(table)
+    const notify = options.notify ?? true
+    const channel = yield* Identifier.validateTableName(options.channel ?? table.replace(/\./g, "_"), 63)
+    /** `pg_notify` once per statement, piggy-backed on it (no extra round trip); delivered at commit. */
+    const notifying = (queue: string, statement: Statement.Fragment) =>
+      notify
+        ? sql`WITH changed AS (${statement} RETURNING 1)
+            SELECT count(*)::int AS n, pg_notify(${channel}, ${queue}) FROM changed HAVING count(*) > 0`
+        : sql`${statement} RETURNING 1`
 
     const lookup = (name: string): Effect.Effect<ResolvedTransport, UnknownTransportError> => {
       const found = transports.get(name)
@@ -201,17 +225,23 @@ export const make = (
         const transport = yield* lookup(name)
         if (messages.length === 1) {
           const m = messages[0]!
-          yield* sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
-            VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${transport.queueName}, now(),
-                    now() + ${m.delayMs}::float8 * interval '1 millisecond')`.pipe(wrap(name, "send"))
+          yield* notifying(
+            transport.queueName,
+            sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
+              VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${transport.queueName}, now(),
+                      now() + ${m.delayMs}::float8 * interval '1 millisecond')`
+          ).pipe(wrap(name, "send"))
           return
         }
-        yield* sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
-          SELECT m, b, h, ${transport.queueName}, now(), now() + d * interval '1 millisecond'
-          FROM unnest(${column(messages, (m) => m.messageId)}::uuid[], ${column(messages, (m) => m.body)}::text[],
-                      ${column(messages, (m) => m.headers)}::text[], ${column(messages, (m) => m.delayMs)}::float8[])
-               WITH ORDINALITY AS x(m, b, h, d, n)
-          ORDER BY n`.pipe(wrap(name, "send"))
+        yield* notifying(
+          transport.queueName,
+          sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
+            SELECT m, b, h, ${transport.queueName}, now(), now() + d * interval '1 millisecond'
+            FROM unnest(${column(messages, (m) => m.messageId)}::uuid[], ${column(messages, (m) => m.body)}::text[],
+                        ${column(messages, (m) => m.headers)}::text[], ${column(messages, (m) => m.delayMs)}::float8[])
+                 WITH ORDINALITY AS x(m, b, h, d, n)
+            ORDER BY n`
+        ).pipe(wrap(name, "send"))
       })
 
     const claim: TransportShape["claim"] = (name, batchSize) =>
@@ -268,10 +298,68 @@ export const make = (
             WHERE id = ANY(${ids(values)}) AND delivered_at IS NOT NULL`.pipe(wrap(name, "keepalive"), Effect.asVoid)
 
     const release: TransportShape["release"] = (name, values) =>
-      values.length === 0
-        ? Effect.void
-        : sql`UPDATE ${t} SET delivered_at = NULL, delivery_count = greatest(delivery_count - 1, 0)
-            WHERE id = ANY(${ids(values)}) AND delivered_at IS NOT NULL`.pipe(wrap(name, "release"), Effect.asVoid)
+      values.length === 0 ? Effect.void : Effect.gen(function*() {
+        const transport = yield* lookup(name).pipe(Effect.orDie)
+        yield* notifying(
+          transport.queueName,
+          sql`UPDATE ${t} SET delivered_at = NULL, delivery_count = greatest(delivery_count - 1, 0)
+            WHERE id = ANY(${ids(values)}) AND delivered_at IS NOT NULL`
+        ).pipe(wrap(name, "release"))
+      })
+
+    const nextDue: TransportShape["nextDue"] = (name) =>
+      Effect.gen(function*() {
+        const transport = yield* lookup(name)
+        // Only the delayed rows' first entry and the few in-flight rows are read: both through the claim index.
+        const [row] = yield* sql<{ ms: number | null }>`
+          SELECT (extract(epoch FROM least(
+            (SELECT available_at FROM ${t} WHERE queue_name = ${transport.queueName} AND available_at > now()
+              ORDER BY available_at LIMIT 1),
+            (SELECT min(delivered_at) FROM ${t} WHERE queue_name = ${transport.queueName} AND available_at <= now()
+              AND delivered_at IS NOT NULL) + ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond'
+          ) - now()) * 1000)::float8 AS ms`.pipe(wrap(name, "nextDue"))
+        return row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms))
+      })
+
+    // Wake-ups: one LISTEN connection per transport instance, shared by its subscribers, started with the first.
+    const hints = yield* PubSub.sliding<string>(64)
+    const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
+    let subscribers = 0
+    let listenerScope: Scope.CloseableScope | undefined
+    const startListener = Effect.suspend(() => {
+      subscribers++
+      if (subscribers > 1 || !notify || Option.isNone(pgClient)) return Effect.void
+      return Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        listenerScope = scope
+        yield* listen({
+          config: pgClient.value.config,
+          channel,
+          onNotify: (payload) => void hints.unsafeOffer(payload)
+        }).pipe(Scope.extend(scope))
+      })
+    })
+    const stopListener = Effect.suspend(() => {
+      subscribers--
+      if (subscribers > 0 || listenerScope === undefined) return Effect.void
+      const scope = listenerScope
+      listenerScope = undefined
+      return Scope.close(scope, Exit.void)
+    })
+    const wakeups: TransportShape["wakeups"] = (names) =>
+      Effect.gen(function*() {
+        const queues = new Set(names.map((name) => transports.get(name)?.queueName).filter((q) => q !== undefined))
+        const subscription = yield* PubSub.subscribe(hints)
+        yield* Effect.acquireRelease(startListener, () => stopListener)
+        const signal = yield* Queue.sliding<void>(1)
+        yield* Queue.take(subscription).pipe(
+          Effect.flatMap((payload) => (payload === "*" || queues.has(payload) ? Queue.offer(signal, undefined) : Effect.void)),
+          Effect.forever,
+          Effect.interruptible,
+          Effect.forkScoped
+        )
+        return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal), { concurrent: false })
+      })
 
     const columns = sql.literal(
       "id::text AS id, message_id::text AS message_id, body, headers, created_at, available_at, delivered_at, delivery_count"
@@ -327,9 +415,12 @@ export const make = (
         const source = yield* lookup(from)
         const target = yield* lookup(to)
         if (!/^\d{1,19}$/.test(id)) return false
-        const rows = yield* sql`UPDATE ${t} SET queue_name = ${target.queueName}, available_at = now(),
+        const rows = yield* notifying(
+          target.queueName,
+          sql`UPDATE ${t} SET queue_name = ${target.queueName}, available_at = now(),
             delivered_at = NULL, delivery_count = 0, headers = ${headers}
-          WHERE id = ${id}::bigint AND queue_name = ${source.queueName} RETURNING id`.pipe(wrap(from, "move"))
+          WHERE id = ${id}::bigint AND queue_name = ${source.queueName}`
+        ).pipe(wrap(from, "move"))
         return rows.length === 1
       })
 
@@ -386,7 +477,9 @@ export const make = (
       find,
       remove,
       move,
-      stats
+      stats,
+      nextDue,
+      wakeups
     }
   })
 

@@ -388,7 +388,8 @@ export const run = (
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds")
     }
     const purger = yield* Effect.forkDaemon(purgeJob(options))
-    const reason = yield* consumeLoop(state).pipe(
+    const wake = yield* transport.wakeups(options.transports)
+    const reason = yield* consumeLoop(state, wake).pipe(
       Effect.ensuring(Fiber.interrupt(purger)),
       Effect.tapError((error) =>
         error._tag === "StopWorker"
@@ -410,7 +411,7 @@ export const run = (
       Effect.annotateLogs({ worker: "effect-outbox" })
     )
     return { ...state.counts, stoppedBy: reason }
-  })
+  }).pipe(Effect.scoped)
 
 /** The idempotency retention job: exclusive (advisory lock) and batched, so any number of workers may run it. */
 const purgeJob = (options: WorkerOptions) =>
@@ -471,7 +472,7 @@ const stop = (state: RunState, reason: StopReason) =>
     Effect.zipRight(Effect.fail(new StopWorker({ reason })))
   )
 
-const consumeLoop = (state: RunState) =>
+const consumeLoop = (state: RunState, wake: Effect.Effect<void>) =>
   Effect.gen(function*() {
     const { options, transport } = state
     const batchSize = Math.max(1, Math.floor(options.batchSize ?? 50))
@@ -497,7 +498,14 @@ const consumeLoop = (state: RunState) =>
       if (reason !== undefined) return yield* stop(state, reason)
       if (!found) {
         if (options.stopWhenEmpty === true) return yield* stop(state, "empty")
-        yield* Effect.sleep(Duration.millis(Math.min(sleepMs, state.startedAt + state.timeLimitMs - now)))
+        // Idle: sleep until the poll interval, the next due message (delay, retry, expiring lease) or the
+        // time limit — whichever comes first — unless a notification wakes the worker sooner.
+        let waitMs = Math.min(sleepMs, state.startedAt + state.timeLimitMs - now)
+        for (const name of options.transports) {
+          const due = yield* transport.nextDue(name)
+          if (Option.isSome(due)) waitMs = Math.min(waitMs, Math.ceil(due.value) + 1)
+        }
+        yield* Effect.raceFirst(wake, Effect.sleep(Duration.millis(Math.max(0, waitMs))))
       }
     }
   })

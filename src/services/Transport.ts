@@ -7,6 +7,7 @@ import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
 import type { OutgoingMessage, ReceivedMessage, StoredMessage, TransportStats } from "../domain/Envelope.js"
 import type { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 
@@ -84,6 +85,17 @@ export interface TransportShape {
     id: string,
     options: { readonly to: string; readonly headers: string }
   ) => Effect.Effect<boolean, TransportError | UnknownTransportError>
+  /**
+   * Milliseconds until the next message of a transport becomes claimable — a delay or retry backoff running
+   * out, or another worker's lease expiring — or `None` when nothing is waiting. Computed on the store's clock.
+   */
+  readonly nextDue: (transport: string) => Effect.Effect<Option.Option<number>, TransportError | UnknownTransportError>
+  /**
+   * Subscribes, for the scope's life, to wake-up hints for these transports (new or released messages). The
+   * returned effect waits for the next hint; hints are coalesced. A backend without notifications never wakes it:
+   * polling stays the truth.
+   */
+  readonly wakeups: (transports: ReadonlyArray<string>) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
   /** Counts of a transport's queue. */
   readonly stats: (transport: string) => Effect.Effect<TransportStats, TransportError | UnknownTransportError>
 }
