@@ -46,3 +46,9 @@ export * as IdempotencyStore from "./services/IdempotencyStore.js"
 export * as PgIdempotencyStore from "./layers/PgIdempotencyStore.js"
 /** @since 0.1.0 */
 export * as MemoryIdempotencyStore from "./layers/MemoryIdempotencyStore.js"
+/** @since 0.1.0 */
+export * as AmqpTransport from "./layers/AmqpTransport.js"
+/** @since 0.1.0 */
+export * as TransportRouter from "./layers/TransportRouter.js"
+/** @since 0.1.0 */
+export * as Forwarder from "./programs/Forwarder.js"

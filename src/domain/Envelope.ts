@@ -24,6 +24,11 @@ export interface Envelope<A extends Tagged = Tagged> {
   readonly transportId: string
   /** How many times a worker has claimed it (1 on the first delivery). */
   readonly deliveries: number
+  /**
+   * The body exactly as stored (JSON text), set by the worker: what a forwarder sends on unchanged
+   * (see `Forwarder`), so the far side gets the same bytes even when decoding and encoding again would not.
+   */
+  readonly body?: string | undefined
 }
 
 /**

@@ -21,9 +21,11 @@ import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import type { StoredMessage, TransportStats } from "../domain/Envelope.js"
 import * as Headers from "../domain/Headers.js"
+import * as AmqpTransport from "../layers/AmqpTransport.js"
 import * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
+import * as TransportRouter from "../layers/TransportRouter.js"
 import type { Handlers } from "../services/Handlers.js"
 import { IdempotencyStore } from "../services/IdempotencyStore.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
@@ -38,10 +40,10 @@ import * as Worker from "./Worker.js"
  */
 export interface CliOptions {
   /**
-   * The application's handlers (they may use the `SqlClient` and the `IdempotencyStore`); without them there
-   * is no `consume` command.
+   * The application's handlers (they may use the `SqlClient`, the `IdempotencyStore` and the `Transport` — a
+   * `Forwarder` sends through it); without them there is no `consume` command.
    */
-  readonly handlers?: Layer.Layer<Handlers, unknown, SqlClient.SqlClient | IdempotencyStore>
+  readonly handlers?: Layer.Layer<Handlers, unknown, SqlClient.SqlClient | IdempotencyStore | Transport>
   /**
    * The idempotency store's options (`OUTBOX_IDEMPOTENCY_TABLE` overrides the table); `setup-transports` creates
    * its table too. `false` leaves it out.
@@ -49,6 +51,12 @@ export interface CliOptions {
   readonly idempotency?: PgIdempotencyStore.Options | false
   /** Transport options; `OUTBOX_TABLE` overrides the table name. */
   readonly transport?: PgTransport.Options
+  /**
+   * A RabbitMQ transport served beside the PostgreSQL one (through `TransportRouter`), its URL from `url` or
+   * `AMQP_URL`: `setup-transports` declares its exchange, queues and bindings, `consume amqp` reads it, `stats`
+   * counts it, and its failures go to PostgreSQL's `failed` (where `failed:retry` sends them back to the broker).
+   */
+  readonly amqp?: Omit<AmqpTransport.Options, "url"> & { readonly url?: string | Redacted.Redacted<string> }
   readonly retry?: ScheduleRetryStrategy.Options
   /** Extra commands mounted beside the built-in ones. */
   readonly commands?: ReadonlyArray<Command.Command<string, never, unknown, unknown>>
@@ -126,14 +134,16 @@ export const make = (options: CliOptions = {}) => {
   const transportLayer = (flag: Option.Option<Redacted.Redacted>) => transportOnly.pipe(Layer.provideMerge(database(flag)))
 
   const transportOnly = Layer.unwrapEffect(
-    Effect.map(
-      Config.option(Config.string("OUTBOX_TABLE")),
-      (table) =>
-        PgTransport.layer({
-          ...options.transport,
-          ...(Option.isSome(table) ? { table: table.value } : {})
-        })
-    )
+    Effect.gen(function*() {
+      const table = yield* Config.option(Config.string("OUTBOX_TABLE"))
+      const pg: PgTransport.Options = { ...options.transport, ...(Option.isSome(table) ? { table: table.value } : {}) }
+      if (options.amqp === undefined) return PgTransport.layer(pg)
+      const { url: explicit, ...amqp } = options.amqp
+      const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
+        Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
+      ))
+      return TransportRouter.layer(PgTransport.make(pg), AmqpTransport.make({ ...amqp, url }))
+    })
   )
 
   const idempotencyOptions = options.idempotency === false ? undefined : options.idempotency ?? {}

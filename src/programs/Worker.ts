@@ -212,7 +212,8 @@ const decode = (
       headers,
       transport: row.transport,
       transportId: row.id,
-      deliveries: row.deliveries
+      deliveries: row.deliveries,
+      body: row.body
     },
     handlers
   })
@@ -576,7 +577,7 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
             return
           }
           case "Fail": {
-            yield* transport.fail(name, row.id, { headers: Headers.encode(outcome.headers) }).pipe(
+            yield* transport.fail(name, row.id, { headers: Headers.encode(outcome.headers), message: row }).pipe(
               Effect.retry(storageRetry)
             )
             held.delete(row.id)

