@@ -87,8 +87,13 @@ export const encode = (headers: Headers): string => encodeJson(headers)
  * @since 0.1.0
  * @category codec
  */
-export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> =>
-  decodeJson(raw).pipe(
+export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> => {
+  // Fast path for the common first delivery, `{"type":"…"}`: nothing else to validate.
+  if (raw.length < 256 && raw.startsWith(`{"type":"`) && raw.endsWith(`"}`) && raw.indexOf(`"`, 9) === raw.length - 2) {
+    const type = raw.slice(9, raw.length - 2)
+    if (!type.includes("\\")) return Either.right(new Headers({ type }, true))
+  }
+  return decodeJson(raw).pipe(
     Either.mapLeft((error) =>
       new MessageDecodeError({
         reason: "CorruptHeaders",
@@ -96,6 +101,7 @@ export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> 
       })
     )
   )
+}
 
 /**
  * The message type named by stored headers, or `undefined` when they cannot be decoded.

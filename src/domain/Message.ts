@@ -72,6 +72,18 @@ export const encodeBody = (message: Tagged): Effect.Effect<string, MessageEncode
   )
 }
 
+const decoders = new WeakMap<MessageClass, (u: unknown) => Either.Either<any, ParseResult.ParseError>>()
+
+/** One compiled decoder per message class (building one per message would dominate the cost). */
+const decoderOf = <A extends Tagged>(schema: MessageClass<A>) => {
+  let decoder = decoders.get(schema)
+  if (decoder === undefined) {
+    decoder = Schema.decodeUnknownEither(schema)
+    decoders.set(schema, decoder)
+  }
+  return decoder as (u: unknown) => Either.Either<A, ParseResult.ParseError>
+}
+
 /**
  * Decodes a stored JSON body with the message class registered for its type.
  *
@@ -94,7 +106,7 @@ export const decodeBody = <A extends Tagged>(
       })
     )
   }
-  return Schema.decodeUnknownEither(schema)(json).pipe(
+  return decoderOf(schema)(json).pipe(
     Either.mapLeft((error) =>
       new MessageDecodeError({
         reason: "InvalidBody",

@@ -302,10 +302,12 @@ export const layer = (options: Options = {}): Layer.Layer<Transport | MemoryTran
   )
 
 const byId = (a: Row, b: Row): number => {
-  const x = BigInt(a.id)
-  const y = BigInt(b.id)
-  return x < y ? -1 : x > y ? 1 : 0
+  return compareIds(a.id, b.id)
 }
+
+/** Decimal ids without leading zeros: shorter is smaller, then lexical order (no BigInt per comparison). */
+const compareIds = (a: string, b: string): number =>
+  a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0
 
 const byAvailability = (a: Row, b: Row): number => {
   const d = a.availableAt - b.availableAt

@@ -542,12 +542,14 @@ const nameOf = (table: string): string => (table.includes(".") ? table.split("."
 const column = <A>(messages: ReadonlyArray<OutgoingMessage>, f: (m: OutgoingMessage) => A): Array<A> =>
   messages.map(f)
 
+/** Decimal ids without leading zeros: shorter is smaller, then lexical order (no BigInt per comparison). */
+const compareIds = (a: string, b: string): number =>
+  a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0
+
 const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {
   const d = a.availableAt.getTime() - b.availableAt.getTime()
   if (d !== 0) return d
-  const x = BigInt(a.id)
-  const y = BigInt(b.id)
-  return x < y ? -1 : x > y ? 1 : 0
+  return compareIds(a.id, b.id)
 }
 
 const describe = (error: unknown): string => {

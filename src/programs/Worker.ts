@@ -237,6 +237,17 @@ type Outcome =
   | { readonly _tag: "Fail"; readonly type: string; readonly headers: Headers.Headers; readonly error: Headers.ErrorDetails }
   | { readonly _tag: "Release" }
 
+const release: Outcome = { _tag: "Release" }
+const ackOutcomes = new Map<string, Outcome>()
+const ackOf = (type: string): Outcome => {
+  let outcome = ackOutcomes.get(type)
+  if (outcome === undefined) {
+    outcome = { _tag: "Ack", type }
+    ackOutcomes.set(type, outcome)
+  }
+  return outcome
+}
+
 const decideFailure = (
   transport: string,
   headers: Headers.Headers,
@@ -342,6 +353,14 @@ const handleOne = (
         } satisfies Outcome
       }
     }
+    // Fast path (the common case): one handler, first run. Few Effect operations per message.
+    if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
+      const h = handlers[0]!
+      const exit = yield* Effect.exit(h.handle(envelope.message, envelope))
+      if (Exit.isSuccess(exit)) return ackOf(envelope.headers.type)
+      if (Cause.isInterruptedOnly(exit.cause)) return release
+      return yield* decideFailure(row.transport, envelope.headers, [], [exit.cause], strategy)
+    }
     const done = new Set(envelope.headers.handledBy ?? [])
     const handledBy = [...done]
     const causes: Array<Cause.Cause<unknown>> = []
@@ -351,12 +370,12 @@ const handleOne = (
       if (Exit.isSuccess(exit)) {
         handledBy.push(h.name)
       } else if (Cause.isInterruptedOnly(exit.cause)) {
-        return { _tag: "Release" } satisfies Outcome
+        return release
       } else {
         causes.push(exit.cause)
       }
     }
-    if (causes.length === 0) return { _tag: "Ack", type: envelope.headers.type } satisfies Outcome
+    if (causes.length === 0) return ackOf(envelope.headers.type)
     return yield* decideFailure(row.transport, envelope.headers, handledBy, causes, strategy)
   })
 
@@ -599,40 +618,30 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
         }
       })
 
-    // Each message runs to its outcome even when the worker is interrupted: the handler gets
-    // `shutdownTimeout` to finish, then it is interrupted and its message released.
-    const one = (row: ReceivedMessage) =>
-      Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function*() {
-          if (limitReached(state, yield* Clock.currentTimeMillis) !== undefined) return
-          unstarted.delete(row.id)
-          const started = yield* Clock.currentTimeMillis
-          // A daemon: an interrupted parent must not take the handler down with it before the timeout.
-          const fiber = yield* Effect.forkDaemon(Effect.interruptible(handleOne(row, registry, strategy)))
-          const joined = yield* Effect.exit(restore(Fiber.join(fiber)))
-          let outcome: Outcome = { _tag: "Release" }
-          if (Exit.isSuccess(joined)) {
-            outcome = joined.value
-          } else {
-            yield* Effect.logInfo(
-              `outbox worker: shutting down, waiting up to ${Duration.format(state.shutdownTimeout)} for ${row.messageId}`
-            )
-            // (A race such as Effect.timeout would be interrupted with us: a daemon timer interrupts the handler.)
-            const timer = yield* Effect.forkDaemon(
-              Effect.interruptible(Effect.sleep(state.shutdownTimeout)).pipe(Effect.zipRight(Fiber.interrupt(fiber)))
-            )
-            const late = yield* Fiber.await(fiber)
-            yield* Fiber.interrupt(timer)
-            if (Exit.isSuccess(late)) {
-              outcome = late.value
-            } else {
-              yield* Effect.logWarning(`outbox worker: ${row.messageId} interrupted at shutdown, released`)
-            }
-          }
-          const durationMs = (yield* Clock.currentTimeMillis) - started
-          yield* record(row, outcome, durationMs)
-        })
+    // After an interruption (shutdown) no further message of the batch starts.
+    let draining = false
+    const timed = state.timeLimitMs !== Infinity || onEvent !== undefined
+    const putBack = (row: ReceivedMessage) => Effect.sync(() => void unstarted.add(row.id))
+    const run = (row: ReceivedMessage, now: number) => {
+      if (draining || limitReached(state, now) !== undefined) return Effect.void
+      unstarted.delete(row.id)
+      return handleOne(row, registry, strategy).pipe(
+        // Interrupted at shutdown after the timeout: the message goes back at once.
+        Effect.onInterrupt(() => putBack(row)),
+        Effect.flatMap((outcome) =>
+          outcome._tag === "Ack" && onEvent === undefined
+            ? Effect.sync(() => {
+              acks.push(row.id)
+              counts.handled++
+            })
+            : timed
+            ? Effect.flatMap(Clock.currentTimeMillis, (end) => Effect.uninterruptible(record(row, outcome, end - now)))
+            : Effect.uninterruptible(record(row, outcome, 0))
+        )
       )
+    }
+    const one = (row: ReceivedMessage) =>
+      timed ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, now)) : Effect.suspend(() => run(row, 0))
 
     // Acks are written in batches: by a background flush while handlers run (so a slow batch does
     // not hold finished messages) and once more when the batch ends. Uninterruptible: ids taken from
@@ -652,20 +661,47 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
       )
     )
 
-    yield* Effect.forEach(batch, one, { concurrency, discard: true }).pipe(
-      Effect.ensuring(
-        Effect.gen(function*() {
-          yield* Fiber.interrupt(flusher)
-          yield* flushAcks.pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
-          yield* Fiber.interrupt(heartbeatFiber)
-          // Messages claimed but not started (a limit, shutdown, a failure mid-batch) go back at once.
-          if (unstarted.size > 0) {
-            yield* transport.release(name, Array.from(unstarted)).pipe(
-              Effect.retry(storageRetry),
-              Effect.catchAll(() => Effect.void)
-            )
-          }
-        })
-      )
+    const settle = Effect.gen(function*() {
+      yield* Fiber.interrupt(flusher)
+      yield* flushAcks.pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
+      yield* Fiber.interrupt(heartbeatFiber)
+      // Messages claimed but not started (a limit, shutdown, a failure mid-batch) go back at once.
+      if (unstarted.size > 0) {
+        yield* transport.release(name, Array.from(unstarted)).pipe(
+          Effect.retry(storageRetry),
+          Effect.catchAll(() => Effect.void)
+        )
+      }
+    })
+
+    // The batch runs in one daemon fiber, so that interrupting the worker (SIGTERM) does not take the
+    // handlers in flight down with it: they get `shutdownTimeout` to finish and record their outcomes,
+    // then they are interrupted and their messages released. (A racing Effect.timeout would be
+    // interrupted with us: a daemon timer interrupts the batch instead.)
+    return yield* Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function*() {
+        const work = yield* Effect.forkDaemon(
+          Effect.interruptible(Effect.forEach(batch, one, { concurrency, discard: true }))
+        )
+        const joined = yield* Effect.exit(restore(Fiber.join(work)))
+        if (Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)) {
+          yield* settle
+          return yield* joined
+        }
+        draining = true
+        yield* Effect.logInfo(
+          `outbox worker: shutting down, waiting up to ${Duration.format(state.shutdownTimeout)} for the handlers in flight`
+        )
+        const timer = yield* Effect.forkDaemon(
+          Effect.interruptible(Effect.sleep(state.shutdownTimeout)).pipe(Effect.zipRight(Fiber.interrupt(work)))
+        )
+        const late = yield* Fiber.await(work)
+        yield* Fiber.interrupt(timer)
+        if (Exit.isFailure(late) && Cause.isInterruptedOnly(late.cause)) {
+          yield* Effect.logWarning("outbox worker: handlers still running at the shutdown timeout were interrupted")
+        }
+        yield* settle
+        return yield* joined
+      })
     )
   })

@@ -199,20 +199,30 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       list.push({
         name,
         fromTransport: h.fromTransport,
+        // The services captured when the registry was built replace the worker's: one FiberRef swap per call,
+        // not a context merge.
         handle: (message, envelope) =>
-          Effect.provide(
+          Effect.mapInputContext(
             consumer === undefined
-              ? run(message, envelope)
+              ? Effect.suspend(() => run(message, envelope))
               : Effect.asVoid(IdempotencyStore.once(envelope, consumer, Effect.suspend(() => run(message, envelope)))),
-            context as Context.Context<Handler.Context<Hs[number]> | IdempotencyStore.IdempotencyStore>
+            () => context as Context.Context<Handler.Context<Hs[number]> | IdempotencyStore.IdempotencyStore>
           )
       })
       byType.set(tag, list)
     }
+    const selected = new Map<string, ReadonlyArray<RegisteredHandler>>()
     return {
       messageClass: (type) => classes.get(type),
-      handlersFor: (type, transport) =>
-        (byType.get(type) ?? []).filter((h) => h.fromTransport === undefined || h.fromTransport === transport),
+      handlersFor: (type, transport) => {
+        const key = `${type}\u0000${transport}`
+        let found = selected.get(key)
+        if (found === undefined) {
+          found = (byType.get(type) ?? []).filter((h) => h.fromTransport === undefined || h.fromTransport === transport)
+          selected.set(key, found)
+        }
+        return found
+      },
       types: Array.from(classes.keys())
     }
   })
