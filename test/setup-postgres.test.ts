@@ -40,7 +40,7 @@ describe("PostgreSQL setup", () => {
       yield* Effect.all([transport.setup, transport.setup], { concurrency: 2 })
       const migrations = yield* sql<{ migration_id: number; name: string }>`
         SELECT migration_id, name FROM ${sql(`${table}_migrations`)}`
-      expect(migrations.map((m) => [m.migration_id, m.name])).toEqual([[1, "create_messages"]])
+      expect(migrations.map((m) => [m.migration_id, m.name])).toEqual([[1, "create_messages"], [2, "claim_fillfactor"]])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
         WHERE table_name = ${table} ORDER BY ordinal_position`

@@ -88,6 +88,18 @@ export const encode = (headers: Headers): string => encodeJson(headers)
  * @category codec
  */
 export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> => {
+  const cached = decodedCache.get(raw)
+  if (cached !== undefined) return cached
+  const decoded = decodeUncached(raw)
+  if (decodedCache.size >= 1024) decodedCache.clear()
+  decodedCache.set(raw, decoded)
+  return decoded
+}
+
+/** Headers repeat (most messages carry only their type): decoded ones are kept, by their text. */
+const decodedCache = new Map<string, Either.Either<Headers, MessageDecodeError>>()
+
+const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError> => {
   // Fast path for the common first delivery, `{"type":"…"}`: nothing else to validate.
   if (raw.length < 256 && raw.startsWith(`{"type":"`) && raw.endsWith(`"}`) && raw.indexOf(`"`, 9) === raw.length - 2) {
     const type = raw.slice(9, raw.length - 2)

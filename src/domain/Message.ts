@@ -48,6 +48,18 @@ export const classOf = (message: Tagged): MessageClass | undefined => {
   return Schema.isSchema(ctor) ? (ctor as unknown as MessageClass) : undefined
 }
 
+const encoders = new WeakMap<MessageClass, (a: unknown) => Effect.Effect<string, ParseResult.ParseError>>()
+
+/** One compiled JSON encoder per message class (building one per dispatch costs ~60 µs). */
+const encoderOf = (schema: MessageClass) => {
+  let encoder = encoders.get(schema)
+  if (encoder === undefined) {
+    encoder = Schema.encodeUnknown(Schema.parseJson(schema))
+    encoders.set(schema, encoder)
+  }
+  return encoder
+}
+
 /**
  * Encodes a message to its JSON body with its own schema. Fails with `MessageEncodeError` when
  * the value is not a schema class instance or does not satisfy its schema.
@@ -65,7 +77,7 @@ export const encodeBody = (message: Tagged): Effect.Effect<string, MessageEncode
       })
     )
   }
-  return Schema.encode(Schema.parseJson(schema))(message).pipe(
+  return encoderOf(schema)(message).pipe(
     Effect.mapError((error) =>
       new MessageEncodeError({ type: message._tag, message: ParseResult.TreeFormatter.formatErrorSync(error) })
     )

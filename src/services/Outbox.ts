@@ -78,12 +78,13 @@ const prepare = (
       return yield* new MessageEncodeError({ type: message._tag, message: `Invalid delay: ${String(options.delay)}` })
     }
     const body = yield* Message.encodeBody(message)
+    // Built from checked values: skipping the class validation saves tens of µs per dispatch.
     const headers = new Headers.Headers({
       type: message._tag,
       ...(options.transportNames !== undefined ? { transportNames: options.transportNames } : {}),
       ...(delay > 0 ? { delayMs: delay } : {}),
       ...(options.headers !== undefined ? { custom: options.headers } : {})
-    })
+    }, true)
     return { messageId: MessageId.make(), type: message._tag, body, headers: Headers.encode(headers), delayMs: delay }
   })
 

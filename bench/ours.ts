@@ -1,0 +1,190 @@
+/**
+ * effect-outbox, driven through its public API: `PgClient.layer` → `PgTransport.layer` →
+ * `Outbox.layer` + `Handlers.layer` + `ScheduleRetryStrategy.layerDefault`, consumed by `Worker.run`.
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import pg from "pg"
+import * as PgTransport from "../src/layers/PgTransport.js"
+import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
+import * as Worker from "../src/programs/Worker.js"
+import * as Handlers from "../src/services/Handlers.js"
+import * as Outbox from "../src/services/Outbox.js"
+import { withClient } from "./cluster.js"
+import {
+  BenchNoop,
+  type BurnDownContender,
+  businessRow,
+  businessUpdateSql,
+  clock,
+  type DispatchContender,
+  queue,
+  runProducers,
+  table
+} from "./common.js"
+
+const quiet = <A, E, R>(self: Effect.Effect<A, E, R>) => Logger.withMinimumLogLevel(self, LogLevel.Error)
+
+/** The whole stack over one database; `onHandled` runs in the no-op handler. */
+export const stack = (url: string, options: { readonly maxConnections: number; readonly onHandled?: () => void }) => {
+  const onHandled = options.onHandled ?? (() => {})
+  return Layer.mergeAll(
+    Outbox.layer(),
+    Handlers.layer([Handlers.handler(BenchNoop, () => Effect.sync(onHandled))]),
+    ScheduleRetryStrategy.layerDefault
+  ).pipe(
+    Layer.provideMerge(PgTransport.layer({ table })),
+    Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: options.maxConnections }))
+  )
+}
+
+/** Creates the table with the transport's own migrations (`transport.setup`). */
+export const setup = (url: string): Promise<void> =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const transport = yield* PgTransport.make({ table })
+      yield* transport.setup
+    }).pipe(
+      Effect.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })),
+      Effect.scoped,
+      quiet
+    )
+  )
+
+/**
+ * A UUIDv7 in SQL (48-bit Unix milliseconds, version 7, random rest), as `MessageId.make` produces.
+ */
+const uuidv7Sql = `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+  placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+  FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid`
+
+/** The body and headers `Outbox.dispatch(new BenchNoop({ n }))` writes (checked by `verify`). */
+export const bodySql = (n: string) => `'{"n":' || ${n} || ',"_tag":"BenchNoop"}'`
+export const headersSql = `'{"type":"BenchNoop"}'`
+
+/** Pre-inserts messages `from..to` in the shape `Outbox.dispatch` writes, in one statement per 100 000. */
+export const seed = (url: string, from: number, to: number): Promise<void> =>
+  withClient(url, async (client) => {
+    for (let lo = from; lo <= to; lo += 100_000) {
+      const hi = Math.min(to, lo + 99_999)
+      await client.query(
+        `INSERT INTO "${table}" (message_id, body, headers, queue_name, created_at, available_at)
+         SELECT ${uuidv7Sql}, ${bodySql("g")}, ${headersSql}, $3, now(), now()
+         FROM generate_series($1::int, $2::int) AS g`,
+        [lo, hi, queue]
+      )
+    }
+  })
+
+/** Consumes until the queue is empty (or the cap): the timed part of our burn-down. */
+export const consume = (
+  url: string,
+  options: { readonly batchSize: number; readonly capMs: number; readonly onHandled?: () => void }
+): Promise<{ readonly handled: number; readonly capped: boolean }> => {
+  let handled = 0
+  const layer = stack(url, {
+    maxConnections: 4,
+    onHandled: () => {
+      handled++
+      options.onHandled?.()
+    }
+  })
+  return Effect.runPromise(
+    Effect.gen(function*() {
+      const context = yield* Layer.build(layer)
+      const result = yield* Worker.run({ transports: [queue], batchSize: options.batchSize, stopWhenEmpty: true }).pipe(
+        Effect.provide(context),
+        Effect.timeoutOption(Duration.millis(options.capMs))
+      )
+      return { handled, capped: Option.isNone(result) }
+    }).pipe(Effect.scoped, quiet)
+  )
+}
+
+export const burnDown = (batchSize: number, label: string, settings: string): BurnDownContender => ({
+  id: `ours-${batchSize}`,
+  label,
+  settings,
+  run: async (url, options) => {
+    await setup(url)
+    await seed(url, 1, options.messages)
+    await options.settle()
+    const time = clock()
+    const result = await consume(url, { batchSize, capMs: options.capMs, onHandled: time.start })
+    return { handled: result.handled, seconds: time.seconds(), capped: result.capped }
+  }
+})
+
+export const dispatch: DispatchContender = {
+  id: "ours",
+  label: "effect-outbox",
+  enqueueCall: "`Outbox.dispatch(new BenchNoop({ n }))` inside `sql.withTransaction`",
+  run: async (url, options) => {
+    await setup(url)
+    await options.settle()
+    const runtime = ManagedRuntime.make(stack(url, { maxConnections: options.producers + 2 }))
+    try {
+      const transaction = (producer: number, i: number) =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const id = businessRow(producer, i)
+          yield* sql.withTransaction(Effect.gen(function*() {
+            yield* sql.unsafe(businessUpdateSql, [id])
+            if (options.enqueue) yield* Outbox.dispatch(new BenchNoop({ n: id }))
+          }))
+        })
+      await runtime.runPromise(Effect.void) // build the layer (pool, first connection) before the clock
+      return await runProducers(options, (producer, i) => runtime.runPromise(quiet(transaction(producer, i))))
+    } finally {
+      await runtime.dispose()
+    }
+  }
+}
+
+/**
+ * Runs a tiny real round trip through the library while recording every statement text that reaches
+ * `pg`: the raw contender checks that it still uses exactly these claim and delete statements, and the
+ * seeding SQL is checked against the body and headers `Outbox.dispatch` writes.
+ */
+export const verify = async (url: string): Promise<{ readonly statements: ReadonlyArray<string>; readonly shapeOk: boolean }> => {
+  await setup(url)
+  const seen = new Set<string>()
+  const proto = pg.Client.prototype as unknown as { query: (...args: Array<unknown>) => unknown }
+  const original = proto.query
+  proto.query = function(this: unknown, ...args: Array<unknown>) {
+    const first = args[0]
+    const text = typeof first === "string" ? first : (first as { text?: unknown } | null)?.text
+    if (typeof text === "string") seen.add(text)
+    return original.apply(this, args)
+  }
+  let shapeOk = false
+  try {
+    await Effect.runPromise(
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        yield* outbox.dispatch(new BenchNoop({ n: 7 }))
+        yield* outbox.dispatchAll([new BenchNoop({ n: 8 }), new BenchNoop({ n: 9 })])
+      }).pipe(Effect.provide(stack(url, { maxConnections: 2 })), quiet)
+    )
+    shapeOk = await withClient(url, async (client) => {
+      const { rows } = await client.query<{ ok: boolean }>(
+        `SELECT bool_and(body = ${bodySql("(body::json->>'n')")} AND headers = ${headersSql}
+                          AND available_at = created_at) AS ok
+         FROM "${table}"`
+      )
+      return rows[0]?.ok === true
+    })
+    await consume(url, { batchSize: 50, capMs: 10_000 })
+  } finally {
+    proto.query = original
+  }
+  return { statements: Array.from(seen), shapeOk }
+}

@@ -1,0 +1,95 @@
+/**
+ * Profiling aid (not part of `npm run bench`): one burn-down of ours (or of the raw limit) on a fresh
+ * database, with a CPU profile of the timed part only, written to $PROFILE_OUT (default
+ * /tmp/bench.cpuprofile).
+ *
+ *   npx tsx bench/profile.ts [ours|raw|ours,raw,…] [messages] [batch] [rounds]
+ *
+ * With several contenders, each runs `rounds` times (fresh database each), alternating, and only the
+ * last run is profiled.
+ */
+import * as fs from "node:fs"
+import * as inspector from "node:inspector"
+import pg from "pg"
+import { freshDatabase, settle, startCluster } from "./cluster.js"
+import { clock } from "./common.js"
+import * as Ours from "./ours.js"
+import * as Raw from "./raw.js"
+
+const [whichText = "ours", nText = "50000", batchText = "500", roundsText = "1"] = process.argv.slice(2)
+const contenders = whichText.split(",")
+const rounds = Number(roundsText)
+const n = Number(nText)
+const batch = Number(batchText)
+const out = process.env.PROFILE_OUT ?? "/tmp/bench.cpuprofile"
+
+const session = new inspector.Session()
+session.connect()
+const post = (method: string, params: object = {}) =>
+  new Promise<unknown>((resolve, reject) =>
+    session.post(method, params, (error, result) => (error ? reject(error) : resolve(result)))
+  )
+
+const rawConsume = async (url: string, onHandled: () => void) => {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  while (true) {
+    const { rows } = await client.query<{ id: string }>(Raw.claimSql, ["outbox", 30000, batch])
+    if (rows.length === 0) break
+    for (const _ of rows) onHandled()
+    await client.query(Raw.deleteSql, [rows.map((r) => r.id)])
+  }
+  await client.end()
+}
+
+const once = async (which: string, url: string, messages: number, profile: boolean) => {
+  await Ours.setup(url)
+  await Ours.seed(url, 1, messages)
+  await settle(url)
+  const time = clock()
+  let handled = 0
+  const onHandled = () => {
+    time.start()
+    handled++
+  }
+  if (profile) {
+    await post("Profiler.enable")
+    await post("Profiler.setSamplingInterval", { interval: 100 })
+    await post("Profiler.start")
+  }
+  const cpu0 = process.cpuUsage()
+  if (which === "raw") await rawConsume(url, onHandled)
+  else await Ours.consume(url, { batchSize: batch, capMs: 600_000, onHandled })
+  const cpu = process.cpuUsage(cpu0)
+  const seconds = time.seconds()
+  if (profile) {
+    const { profile: p } = (await post("Profiler.stop")) as { profile: object }
+    fs.writeFileSync(out, JSON.stringify(p))
+  }
+  return { handled, seconds, cpuSeconds: (cpu.user + cpu.system) / 1e6 }
+}
+
+const cluster = await startCluster({ noFsync: process.env.BENCH_NO_FSYNC === "1", log: console.error })
+try {
+  for (const which of contenders) {
+    const warm = await freshDatabase(cluster.adminUrl, "profile_warm")
+    await once(which, warm.url, 5000, false)
+    await warm.drop()
+  }
+  for (let round = 0; round < rounds; round++) {
+    for (const which of contenders) {
+      const last = round === rounds - 1 && which === contenders[contenders.length - 1]
+      const db = await freshDatabase(cluster.adminUrl, "profile")
+      const m = await once(which, db.url, n, last)
+      console.log(
+        `${which} batch ${batch}: ${m.handled} in ${m.seconds.toFixed(2)} s = ${Math.round(m.handled / m.seconds)} msg/s; ` +
+          `node CPU ${m.cpuSeconds.toFixed(2)} s (${((m.cpuSeconds / m.seconds) * 100).toFixed(0)} % of one core), ` +
+          `${((m.cpuSeconds / m.handled) * 1e6).toFixed(1)} µs CPU per message${last ? `; profile: ${out}` : ""}`
+      )
+      await db.drop()
+    }
+  }
+} finally {
+  await cluster.stop()
+}
+process.exit(0)

@@ -1,0 +1,75 @@
+/**
+ * Profiling aid (not part of `npm run bench`): the worker's own CPU per message, without a database.
+ * `Worker.run` consumes 50 000 messages from a stub transport whose claim returns ready rows at once and
+ * whose ack does nothing, so what is measured is decoding, handler dispatch and bookkeeping alone.
+ *
+ *   npx tsx bench/worker-cpu.ts [batch sizes, default 500,500,50,1]
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
+import type { ReceivedMessage } from "../src/domain/Envelope.js"
+import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
+import * as Worker from "../src/programs/Worker.js"
+import * as Handlers from "../src/services/Handlers.js"
+import { Transport, type TransportShape } from "../src/services/Transport.js"
+import { BenchNoop } from "./common.js"
+
+const messages = 50_000
+
+/** Only what `Worker.run` calls on the happy path (a cast keeps this aid compiling as the interface grows). */
+const stub = (rows: ReadonlyArray<ReceivedMessage>): TransportShape => {
+  let next = 0
+  return {
+    names: ["outbox", "failed"],
+    lease: () => Option.some(Duration.seconds(30)),
+    failureTransport: () => Option.some("failed"),
+    claim: (_name: string, n: number) =>
+      Effect.sync(() => {
+        const batch = rows.slice(next, next + n)
+        next += batch.length
+        return batch
+      }),
+    ack: () => Effect.void,
+    keepalive: () => Effect.void,
+    release: () => Effect.void,
+    nextDue: () => Effect.succeed(Option.none()),
+    wakeups: () => Effect.succeed(Effect.never)
+  } as unknown as TransportShape
+}
+
+for (const batchSize of (process.argv[2] ?? "500,500,50,1").split(",").map(Number)) {
+  const now = new Date()
+  const rows = Array.from({ length: messages }, (_, i): ReceivedMessage => ({
+    id: String(i + 1),
+    transport: "outbox",
+    messageId: crypto.randomUUID(),
+    body: `{"n":${i},"_tag":"BenchNoop"}`,
+    headers: `{"type":"BenchNoop"}`,
+    createdAt: now,
+    availableAt: now,
+    deliveries: 1
+  }))
+  const layer = Layer.mergeAll(
+    Handlers.layer([Handlers.handler(BenchNoop, () => Effect.void)]),
+    ScheduleRetryStrategy.layerDefault,
+    Layer.succeed(Transport, stub(rows))
+  )
+  const t0 = performance.now()
+  const cpu0 = process.cpuUsage()
+  const summary = await Effect.runPromise(
+    Worker.run({ transports: ["outbox"], batchSize, stopWhenEmpty: true }).pipe(
+      Effect.provide(layer),
+      Logger.withMinimumLogLevel(LogLevel.Error)
+    )
+  )
+  const cpu = process.cpuUsage(cpu0)
+  const ms = performance.now() - t0
+  console.log(
+    `batch ${String(batchSize).padStart(3)}: ${summary.handled} handled in ${ms.toFixed(0)} ms = ` +
+      `${((ms * 1000) / messages).toFixed(1)} µs/message wall, ${((cpu.user + cpu.system) / messages).toFixed(1)} µs CPU`
+  )
+}

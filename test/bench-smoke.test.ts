@@ -1,0 +1,80 @@
+/**
+ * The benchmark's smoke mode (`npm run bench -- --quick`), run against the test server so that the
+ * benchmark cannot rot: every contender runs, prints a positive figure, and the raw-SQL contender still
+ * runs the transport's own statements. It never rewrites BENCHMARKS.md (`--no-write`).
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import { adminUrl } from "./support/database.js"
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
+
+interface Figure {
+  readonly median: number
+  readonly rounds: number
+}
+
+interface BenchJson {
+  readonly statementsMatch: boolean
+  readonly shapeOk: boolean
+  readonly burnDown: ReadonlyArray<{ readonly id: string; readonly label: string; readonly rates: Figure }>
+  readonly dispatch: ReadonlyArray<{ readonly id: string; readonly label: string; readonly with: Figure; readonly without: Figure }>
+  readonly memory: ReadonlyArray<{ readonly id: string; readonly rssFirst: Figure; readonly rssTotal: Figure }>
+  readonly targets: ReadonlyArray<{ readonly name: string }>
+}
+
+const runQuick = () =>
+  new Promise<{ readonly code: number | null; readonly stdout: string; readonly stderr: string }>((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", path.join(root, "bench", "main.ts"), "--quick", "--no-write", "--json"],
+      { cwd: root, env: { ...process.env, DATABASE_URL: adminUrl() }, stdio: ["ignore", "pipe", "pipe"] }
+    )
+    let stdout = ""
+    let stderr = ""
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    child.on("error", reject)
+    child.on("exit", (code) => resolve({ code, stdout, stderr }))
+  })
+
+describe("benchmark (--quick)", () => {
+  it("runs every contender and prints positive figures", async () => {
+    const { code, stderr, stdout } = await runQuick()
+    expect(code, stderr).toBe(0)
+
+    const line = stdout.split("\n").find((l) => l.startsWith("BENCH_JSON "))
+    expect(line, stdout).toBeDefined()
+    const result = JSON.parse(line!.slice("BENCH_JSON ".length)) as BenchJson
+
+    expect(result.statementsMatch).toBe(true)
+    expect(result.shapeOk).toBe(true)
+
+    const burnDownIds = result.burnDown.map((r) => r.id).sort()
+    expect(burnDownIds).toEqual(["graphile-default", "graphile-fast", "ours-1", "ours-50", "ours-500", "pgboss", "raw"])
+    for (const r of result.burnDown) expect(r.rates.median, r.id).toBeGreaterThan(0)
+
+    expect(result.dispatch.map((r) => r.id).sort()).toEqual(["graphile", "ours", "pgboss"])
+    for (const r of result.dispatch) {
+      expect(r.with.median, r.id).toBeGreaterThan(0)
+      expect(r.without.median, r.id).toBeGreaterThan(0)
+    }
+
+    expect(result.memory.map((r) => r.id).sort()).toEqual(["graphile-fast", "ours"])
+    for (const r of result.memory) {
+      expect(r.rssFirst.median, r.id).toBeGreaterThan(0)
+      expect(r.rssTotal.median, r.id).toBeGreaterThan(0)
+    }
+    expect(result.targets.length).toBe(4)
+
+    // The printed tables name every contender.
+    for (const label of [...result.burnDown, ...result.dispatch].map((r) => r.label)) {
+      expect(stdout).toContain(`| ${label}`)
+    }
+    for (const heading of ["### Burn-down", "### Dispatch cost", "### Memory", "### Targets"]) {
+      expect(stdout).toContain(heading)
+    }
+  }, 240_000)
+})
