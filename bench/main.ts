@@ -3,8 +3,9 @@
  * PostgreSQL, one contender after the other, each on a fresh database.
  *
  * Scenarios: burn-down (pre-inserted messages, no-op handler, one process), dispatch cost (producers
- * running a business transaction with and without the enqueue) and memory (worker RSS in a child
- * process). Prints the tables; unless `--no-write`, regenerates BENCHMARKS.md's results section and
+ * running a business transaction with and without the enqueue), memory (worker RSS in a child
+ * process), latency (commit → handler start on an idle worker, and delayed messages: due → handler
+ * start) and recovery (SIGKILL of a worker holding messages → redelivery by an idle rival). Prints the tables; unless `--no-write`, regenerates BENCHMARKS.md's results section and
  * bench/burn-down.svg. `--help` lists the options.
  */
 import { execFileSync, spawn } from "node:child_process"
@@ -16,9 +17,11 @@ import { burnDownSvg } from "./chart.js"
 import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
 import { type BurnDownContender, businessTableSql, type DispatchContender, withDeadline } from "./common.js"
 import * as Graphile from "./graphile.js"
+import * as Latency from "./latency.js"
 import * as Ours from "./ours.js"
 import * as PgBoss from "./pgboss.js"
 import * as Raw from "./raw.js"
+import * as Recovery from "./recovery.js"
 import { mb, rate, ratio, signedMb, type Summary, summarize, table } from "./stats.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
@@ -46,6 +49,13 @@ interface Options {
   readonly memoryTotal: number
   readonly memoryRounds: number
   readonly pgbossWorkers: number
+  readonly latencyMessages: number
+  readonly latencyWarmup: number
+  readonly latencyGapMs: number
+  readonly delayedMessages: number
+  readonly delayMs: number
+  readonly recoveryRounds: number
+  readonly leaseMs: number
 }
 
 const usage = `npm run bench -- [options]
@@ -54,8 +64,9 @@ const usage = `npm run bench -- [options]
   --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
-  --scenarios LIST        burn-down,dispatch,memory (default: all)
-  --only IDS              burn-down/dispatch/memory contenders to run, by id (e.g. ours-500,raw)
+  --scenarios LIST        burn-down,dispatch,memory,latency,recovery (default: all)
+  --only IDS              contenders to run, by id (e.g. ours-500,raw; latency: ours, graphile-default
+                          or latency-ours, latency-graphile-default; recovery: ours or recovery-ours)
   --rounds N              rounds per figure (default 3; quick 1)
   --messages N            burn-down messages (default 50000; quick 500)
   --cap S                 time cap of one burn-down round in seconds (default 10)
@@ -66,6 +77,13 @@ const usage = `npm run bench -- [options]
   --memory-total N        messages of the memory run (default 500000; quick 2000)
   --memory-rounds N       rounds of the memory run (default 2; quick 1)
   --pgboss-workers N      pg-boss work() calls on the queue (default 16, its best on the 2-core machine)
+  --latency-messages N    latency: messages sent one at a time, warm-up included (default 1000; quick 60)
+  --latency-warmup N      latency: first messages not measured (default 50; quick 10)
+  --latency-gap MS        latency: pause after a message was handled before the next (default 10)
+  --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
+  --delay MS              latency: their delay (default 300)
+  --recovery-rounds N     recovery rounds (default 3; quick 1)
+  --lease MS              recovery: the lease (redeliverTimeout) of both workers (default 2000)
 
 DATABASE_URL set: that server is used (a role that may create databases); otherwise an embedded
 PostgreSQL 15 is started in a temporary directory and removed at the end.`
@@ -88,7 +106,8 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
   }
   const known = [
     "scenarios", "only", "rounds", "messages", "cap", "batch-size", "producers", "dispatch-seconds",
-    "memory-first", "memory-total", "memory-rounds", "pgboss-workers"
+    "memory-first", "memory-total", "memory-rounds", "pgboss-workers", "latency-messages", "latency-warmup",
+    "latency-gap", "delayed-messages", "delay", "recovery-rounds", "lease"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -104,12 +123,13 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     return raw === undefined ? undefined : new Set(raw.split(",").map((s) => s.trim()).filter((s) => s !== ""))
   }
   const memoryTotal = Math.floor(num("memory-total", 500_000, 2_000))
+  const latencyMessages = Math.max(2, Math.floor(num("latency-messages", 1_000, 60)))
   return {
     quick,
     write: !flags.has("no-write"),
     json: flags.has("json"),
     noFsync: flags.has("no-fsync"),
-    scenarios: list("scenarios") ?? new Set(["burn-down", "dispatch", "memory"]),
+    scenarios: list("scenarios") ?? new Set(["burn-down", "dispatch", "memory", "latency", "recovery"]),
     only: list("only"),
     rounds: Math.floor(num("rounds", 3, 1)),
     messages: Math.floor(num("messages", 50_000, 500)),
@@ -122,7 +142,14 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     memoryFirst: Math.min(Math.floor(num("memory-first", 10_000, 200)), memoryTotal),
     memoryTotal,
     memoryRounds: Math.floor(num("memory-rounds", 2, 1)),
-    pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16))
+    pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16)),
+    latencyMessages,
+    latencyWarmup: Math.min(Math.floor(num("latency-warmup", 50, 10)), latencyMessages - 1),
+    latencyGapMs: num("latency-gap", 10, 10),
+    delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
+    delayMs: num("delay", 300, 300),
+    recoveryRounds: Math.floor(num("recovery-rounds", 3, 1)),
+    leaseMs: num("lease", 2000, 2000)
   }
 }
 
@@ -161,6 +188,28 @@ interface MemoryResult {
   readonly seconds: Summary
   /** The samples of the median-growth round, for the curve. */
   readonly curve: ReadonlyArray<{ readonly handled: number; readonly rss: number }>
+}
+
+interface LatencyResult {
+  readonly id: string
+  readonly label: string
+  readonly settings: string
+  /** Commit → handler start, ms, after the warm-up. */
+  readonly ms: Latency.Percentiles
+}
+
+interface DelayedResult {
+  readonly delayMs: number
+  /** `available_at` → handler start (database clock), ms. */
+  readonly ms: Latency.Percentiles
+}
+
+interface RecoveryResult {
+  readonly leaseMs: number
+  readonly messages: number
+  /** SIGKILL → first redelivered handler start, ms, one per round. */
+  readonly rounds: ReadonlyArray<number>
+  readonly summary: Summary
 }
 
 interface Target {
@@ -371,6 +420,84 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
   return results
 }
 
+const latencyContenders = (o: Options) => [
+  {
+    id: "ours",
+    label: "effect-outbox",
+    settings: "`Worker.run({ transports: [\"outbox\"] })`: defaults (batchSize 50, sleep 1 s), LISTEN/NOTIFY wake-up",
+    run: (url: string) => Latency.ours(url, { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs })
+  },
+  {
+    id: "graphile-default",
+    label: "graphile-worker, defaults",
+    settings: "no options (LISTEN/NOTIFY on `add_job`, pollInterval 2 s)",
+    run: (url: string) => Latency.graphile(url, { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs })
+  }
+]
+
+const selected = (o: Options, scenario: string, id: string) =>
+  o.only === undefined || o.only.has(id) || o.only.has(`${scenario}-${id}`)
+
+const ms = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)} ms` : "–")
+
+const runLatency = async (
+  cluster: Cluster,
+  o: Options
+): Promise<{ readonly latency: Array<LatencyResult>; readonly delayed: DelayedResult | undefined }> => {
+  const contenders = latencyContenders(o).filter((c) => selected(o, "latency", c.id))
+  const latency: Array<LatencyResult> = []
+  for (const c of contenders) {
+    const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
+    try {
+      const values = await withDeadline(c.run(db.url), o.latencyMessages * 200 + 60_000, `latency of ${c.id}`)
+      const p = Latency.percentiles(values)
+      log(`latency  ${c.id.padEnd(16)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
+      latency.push({ id: c.id, label: c.label, settings: c.settings, ms: p })
+    } finally {
+      await db.drop()
+    }
+  }
+  let delayed: DelayedResult | undefined
+  if (selected(o, "latency", "ours")) {
+    const db = await freshDatabase(cluster.adminUrl, "ours_delayed")
+    try {
+      const values = await withDeadline(
+        Latency.oursDelayed(db.url, { messages: o.delayedMessages, delayMs: o.delayMs }),
+        o.delayedMessages * (o.delayMs + 1_000) + 60_000,
+        "delayed latency of ours"
+      )
+      const p = Latency.percentiles(values)
+      log(`latency  ours, delayed ${o.delayMs} ms: after due p50 ${ms(p.p50)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
+      delayed = { delayMs: o.delayMs, ms: p }
+    } finally {
+      await db.drop()
+    }
+  }
+  return { latency, delayed }
+}
+
+const recoveryMessages = 5
+
+const runRecovery = async (cluster: Cluster, o: Options): Promise<RecoveryResult | undefined> => {
+  if (!selected(o, "recovery", "ours")) return undefined
+  const rounds: Array<number> = []
+  for (let round = 0; round < o.recoveryRounds; round++) {
+    const db = await freshDatabase(cluster.adminUrl, "ours_recovery")
+    try {
+      const m = await withDeadline(
+        Recovery.round(db.url, { leaseMs: o.leaseMs, messages: recoveryMessages }),
+        o.leaseMs * 5 + 120_000,
+        "recovery round"
+      )
+      rounds.push(m.ms)
+      log(`recovery round ${round + 1}/${o.recoveryRounds}  SIGKILL → redelivery ${ms(m.ms)} (lease ${o.leaseMs} ms; ${m.redelivered} redelivered)`)
+    } finally {
+      await db.drop()
+    }
+  }
+  return { leaseMs: o.leaseMs, messages: recoveryMessages, rounds, summary: summarize(rounds) }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Report
 
@@ -446,10 +573,54 @@ const curveTable = (r: MemoryResult): string =>
     ["l", ...r.curve.map(() => "r" as const)]
   )
 
+const latencyTable = (results: ReadonlyArray<LatencyResult>): string => {
+  const ours = results.find((r) => r.id === "ours")
+  return table(
+    ["contender", "settings", "messages", "p50", "p95", "p99", "max", "ours ÷ this (p50)", "ours ÷ this (p99)"],
+    results.map((r) => [
+      r.label,
+      r.settings,
+      count(r.ms.count),
+      ms(r.ms.p50),
+      ms(r.ms.p95),
+      ms(r.ms.p99),
+      ms(r.ms.max),
+      ours === undefined || r === ours ? "" : ratio(ours.ms.p50 / r.ms.p50),
+      ours === undefined || r === ours ? "" : ratio(ours.ms.p99 / r.ms.p99)
+    ]),
+    ["l", "l", "r", "r", "r", "r", "r", "r", "r"]
+  )
+}
+
+const delayedTable = (d: DelayedResult): string =>
+  table(
+    ["contender", "messages", "delay", "after due: p50", "p99", "max"],
+    [["effect-outbox", count(d.ms.count), `${d.delayMs} ms`, ms(d.ms.p50), ms(d.ms.p99), ms(d.ms.max)]],
+    ["l", "r", "r", "r", "r", "r"]
+  )
+
+const recoveryTable = (r: RecoveryResult): string =>
+  table(
+    ["contender", "lease", "rounds", "SIGKILL → redelivery (median)", "min – max", "median ÷ lease", "max ÷ lease"],
+    [[
+      "effect-outbox",
+      `${r.leaseMs} ms`,
+      String(r.summary.rounds),
+      ms(r.summary.median),
+      spread(r.summary, ms),
+      `${(r.summary.median / r.leaseMs).toFixed(2)}×`,
+      `${(r.summary.max / r.leaseMs).toFixed(2)}×`
+    ]],
+    ["l", "r", "r", "r", "r", "r", "r"]
+  )
+
 const targets = (
   burnDown: ReadonlyArray<BurnDownResult> | undefined,
   dispatch: ReadonlyArray<DispatchResult> | undefined,
   memory: ReadonlyArray<MemoryResult> | undefined,
+  latency: ReadonlyArray<LatencyResult> | undefined,
+  delayed: DelayedResult | undefined,
+  recovery: RecoveryResult | undefined,
   o: Options
 ): Array<Target> => {
   const out: Array<Target> = []
@@ -477,6 +648,35 @@ const targets = (
       value: signedMb(m.growth.median),
       goal: "≤ 30 MB",
       met: mib <= 30
+    })
+  }
+  const lo = find(latency, "ours")
+  const lg = find(latency, "graphile-default")
+  if (lo) {
+    out.push({ name: "latency: ours commit → handler p50", value: ms(lo.ms.p50), goal: "≤ 3 ms", met: lo.ms.p50 <= 3 })
+    out.push({ name: "latency: ours commit → handler p99", value: ms(lo.ms.p99), goal: "≤ 15 ms", met: lo.ms.p99 <= 15 })
+  }
+  if (lo && lg) {
+    const v50 = lo.ms.p50 / lg.ms.p50
+    const v99 = lo.ms.p99 / lg.ms.p99
+    out.push({ name: "latency: ours ÷ graphile-worker defaults, p50", value: ratio(v50), goal: "< 1×", met: v50 < 1 })
+    out.push({ name: "latency: ours ÷ graphile-worker defaults, p99", value: ratio(v99), goal: "< 1×", met: v99 < 1 })
+  }
+  if (delayed) {
+    out.push({
+      name: `latency: ours delayed messages, handled after due (max of ${delayed.ms.count})`,
+      value: ms(delayed.ms.max),
+      goal: "≤ 50 ms",
+      met: delayed.ms.max <= 50
+    })
+  }
+  if (recovery) {
+    const v = recovery.summary.max / recovery.leaseMs
+    out.push({
+      name: `recovery: SIGKILL → redelivery ÷ lease (worst of ${recovery.summary.rounds})`,
+      value: `${v.toFixed(2)}×`,
+      goal: "≤ 2×",
+      met: v <= 2
     })
   }
   return out
@@ -540,7 +740,11 @@ const main = async () => {
     const burnDown = o.scenarios.has("burn-down") ? await runBurnDown(cluster, o) : undefined
     const dispatch = o.scenarios.has("dispatch") ? await runDispatch(cluster, o) : undefined
     const memory = o.scenarios.has("memory") ? await runMemory(cluster, o) : undefined
-    const ts = targets(burnDown, dispatch, memory, o)
+    const latencyRun = o.scenarios.has("latency") ? await runLatency(cluster, o) : undefined
+    const latency = latencyRun?.latency
+    const delayed = latencyRun?.delayed
+    const recovery = o.scenarios.has("recovery") ? await runRecovery(cluster, o) : undefined
+    const ts = targets(burnDown, dispatch, memory, latency, delayed, recovery, o)
     const elapsed = (performance.now() - began) / 1000
 
     const versions: Record<string, string> = {
@@ -590,6 +794,27 @@ const main = async () => {
           (curve ? `\n\neffect-outbox RSS along the run (${o.memoryRounds > 1 ? "the round of median growth, lower one when even" : "the round"}):\n\n${curveTable(curve)}` : "")
       )
     }
+    if (latency !== undefined || delayed !== undefined) {
+      sections.push(
+        `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyMessages.toLocaleString("en-US")} messages ` +
+          `committed one at a time, each in its own transaction, the next ${o.latencyGapMs} ms after the previous one was handled; ` +
+          `time from COMMIT returning in the producer to the handler start (same process), the first ${o.latencyWarmup} not counted.\n\n` +
+          (latency !== undefined && latency.length > 0 ? latencyTable(latency) : "") +
+          (delayed !== undefined
+            ? `\n\nDelayed messages (ours): dispatched with \`{ delay: "${delayed.delayMs} millis" }\`, one at a time; ` +
+              `time from the row's \`available_at\` to \`clock_timestamp()\` read by the handler (both database clock).\n\n` +
+              delayedTable(delayed)
+            : "")
+      )
+    }
+    if (recovery) {
+      sections.push(
+        `### Recovery\n\nA worker child process claims ${recovery.messages} messages (lease ${recovery.leaseMs} ms, renewed every third of it) ` +
+          `and hangs in its handler; it is killed with SIGKILL while an idle rival worker (\`sleep\` 60 s, same lease) waits; ` +
+          `time from the SIGKILL to the rival's first handler start, ${recovery.summary.rounds} round${recovery.summary.rounds > 1 ? "s" : ""}, each on a fresh database.\n\n` +
+          recoveryTable(recovery)
+      )
+    }
     sections.push(`### Targets\n\n${targetsTable(ts)}`)
 
     const printed = sections.join("\n\n")
@@ -626,7 +851,7 @@ const main = async () => {
       log(`wrote BENCHMARKS.md${burnDown ? " and bench/burn-down.svg" : ""}`)
     }
     if (o.json) {
-      console.log(`BENCH_JSON ${JSON.stringify({ statementsMatch, shapeOk: verified.shapeOk, burnDown, dispatch, memory, targets: ts })}`)
+      console.log(`BENCH_JSON ${JSON.stringify({ statementsMatch, shapeOk: verified.shapeOk, burnDown, dispatch, memory, latency, delayed, recovery, targets: ts })}`)
     }
   } finally {
     await cluster.stop()

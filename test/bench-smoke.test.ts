@@ -22,7 +22,18 @@ interface BenchJson {
   readonly burnDown: ReadonlyArray<{ readonly id: string; readonly label: string; readonly rates: Figure }>
   readonly dispatch: ReadonlyArray<{ readonly id: string; readonly label: string; readonly with: Figure; readonly without: Figure }>
   readonly memory: ReadonlyArray<{ readonly id: string; readonly rssFirst: Figure; readonly rssTotal: Figure }>
+  readonly latency: ReadonlyArray<{ readonly id: string; readonly label: string; readonly ms: Percentiles }>
+  readonly delayed: { readonly delayMs: number; readonly ms: Percentiles }
+  readonly recovery: { readonly leaseMs: number; readonly rounds: ReadonlyArray<number>; readonly summary: Figure }
   readonly targets: ReadonlyArray<{ readonly name: string }>
+}
+
+interface Percentiles {
+  readonly count: number
+  readonly p50: number
+  readonly p95: number
+  readonly p99: number
+  readonly max: number
 }
 
 const runQuick = () =>
@@ -67,13 +78,30 @@ describe("benchmark (--quick)", () => {
       expect(r.rssFirst.median, r.id).toBeGreaterThan(0)
       expect(r.rssTotal.median, r.id).toBeGreaterThan(0)
     }
-    expect(result.targets.length).toBe(4)
+    expect(result.latency.map((r) => r.id).sort()).toEqual(["graphile-default", "ours"])
+    for (const r of result.latency) {
+      expect(r.ms.count, r.id).toBeGreaterThan(0)
+      expect(r.ms.p50, r.id).toBeGreaterThan(0)
+      expect(r.ms.p50, r.id).toBeLessThanOrEqual(r.ms.p99)
+      expect(r.ms.p99, r.id).toBeLessThanOrEqual(r.ms.max)
+    }
+    // Delayed messages are handled after they are due (database clock), not before.
+    expect(result.delayed.ms.count).toBeGreaterThan(0)
+    expect(result.delayed.ms.p50).toBeGreaterThanOrEqual(0)
+    expect(Number.isFinite(result.delayed.ms.max)).toBe(true)
+    // A killed worker's messages come back no earlier than a lease fraction and within a bounded time.
+    expect(result.recovery.rounds.length).toBeGreaterThan(0)
+    for (const ms of result.recovery.rounds) {
+      expect(ms).toBeGreaterThan(0)
+      expect(ms).toBeLessThan(result.recovery.leaseMs * 5)
+    }
+    expect(result.targets.length).toBe(10)
 
     // The printed tables name every contender.
-    for (const label of [...result.burnDown, ...result.dispatch].map((r) => r.label)) {
+    for (const label of [...result.burnDown, ...result.dispatch, ...result.latency].map((r) => r.label)) {
       expect(stdout).toContain(`| ${label}`)
     }
-    for (const heading of ["### Burn-down", "### Dispatch cost", "### Memory", "### Targets"]) {
+    for (const heading of ["### Burn-down", "### Dispatch cost", "### Memory", "### Latency", "### Recovery", "### Targets"]) {
       expect(stdout).toContain(heading)
     }
   }, 240_000)

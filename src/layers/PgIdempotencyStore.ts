@@ -18,6 +18,7 @@ import * as Option from "effect/Option"
 import { OutboxConfigError, TransportError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import * as Identifier from "../domain/Identifier.js"
+import { describeError } from "../internal/describeError.js"
 import {
   IdempotencyStore,
   type IdempotencyStoreShape,
@@ -114,7 +115,7 @@ export const make = (
     const lockName = purgeLockName(table)
 
     const toTransportError = (operation: string, error: unknown) =>
-      new TransportError({ transport: table, operation, message: describe(error), cause: error })
+      new TransportError({ transport: table, operation, message: describeError(error), cause: error })
     const wrap = (operation: string) => <A, R>(self: Effect.Effect<A, SqlError, R>) =>
       Effect.mapError(self, (error) => toTransportError(operation, error))
 
@@ -154,7 +155,7 @@ export const make = (
         new TransportError({
           transport: table,
           operation: "setup",
-          message: `Setup of ${table} failed: ${describe(error)}`,
+          message: `Setup of ${table} failed: ${describeError(error)}`,
           cause: error
         })
       ),
@@ -299,12 +300,3 @@ export const layerConfig = (
 const isSqlError = (u: unknown): u is SqlError =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "SqlError"
 
-const describe = (error: unknown): string => {
-  if (typeof error === "object" && error !== null) {
-    const cause = (error as { cause?: unknown }).cause
-    const own = (error as { message?: unknown }).message
-    const inner = typeof cause === "object" && cause !== null ? (cause as { message?: unknown }).message : undefined
-    return [own, inner].filter((s) => typeof s === "string" && s.length > 0).join(": ") || String(error)
-  }
-  return String(error)
-}

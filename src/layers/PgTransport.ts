@@ -22,6 +22,7 @@ import { OutboxConfigError, TransportError, UnknownTransportError } from "../dom
 import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { listen } from "./internal/pgListener.js"
+import { describeError } from "../internal/describeError.js"
 
 /**
  * Options of one named transport.
@@ -218,7 +219,7 @@ export const make = (
         new TransportError({
           transport: "*",
           operation: "setup",
-          message: `Setup of ${table} failed: ${describe(error)}`,
+          message: `Setup of ${table} failed: ${describeError(error)}`,
           cause: error
         })
       ),
@@ -558,15 +559,6 @@ const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {
   return compareIds(a.id, b.id)
 }
 
-const describe = (error: unknown): string => {
-  if (typeof error === "object" && error !== null) {
-    const cause = (error as { cause?: unknown }).cause
-    const own = (error as { message?: unknown }).message
-    const inner = typeof cause === "object" && cause !== null ? (cause as { message?: unknown }).message : undefined
-    return [own, inner].filter((s) => typeof s === "string" && s.length > 0).join(": ") || String(error)
-  }
-  return String(error)
-}
 
 const toTransportError = (transport: string, operation: string, error: SqlError): TransportError =>
-  new TransportError({ transport, operation, message: describe(error), cause: error })
+  new TransportError({ transport, operation, message: describeError(error), cause: error })

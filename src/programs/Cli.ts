@@ -31,6 +31,7 @@ import { IdempotencyStore } from "../services/IdempotencyStore.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { formatAge, formatTime, oneLine, parseBytes, parseDurationMs, renderTable, truncate } from "./internal/format.js"
 import * as Worker from "./Worker.js"
+import { describeError } from "../internal/describeError.js"
 
 /**
  * What an application gives the command line.
@@ -127,7 +128,7 @@ export const make = (options: CliOptions = {}) => {
       })
     ).pipe(
       Layer.mapError((error) =>
-        error._tag === "OutboxCliError" ? error : new CliError({ message: `Cannot connect to PostgreSQL: ${describe(error)}` })
+        error._tag === "OutboxCliError" ? error : new CliError({ message: `Cannot connect to PostgreSQL: ${describeError(error)}` })
       )
     )
 
@@ -577,16 +578,6 @@ const printFailed = (d: FailedDetails) =>
     yield* Console.log(`Run "failed:retry ${d.id}" to retry this message, "failed:remove ${d.id}" to delete it.`)
   })
 
-const describe = (error: unknown): string => {
-  if (typeof error === "object" && error !== null) {
-    const message = (error as { message?: unknown }).message
-    const cause = (error as { cause?: unknown }).cause
-    const inner = typeof cause === "object" && cause !== null ? (cause as { message?: unknown }).message : undefined
-    const parts = [message, inner].filter((s): s is string => typeof s === "string" && s.length > 0)
-    if (parts.length > 0) return Array.from(new Set(parts)).join(": ")
-  }
-  return String(error)
-}
 
 /**
  * Runs a command tree on `argv` (`process.argv`): an Effect that fails with the command's error.
@@ -618,8 +609,8 @@ export const main = (command: ReturnType<typeof make>, argv: ReadonlyArray<strin
         return Effect.sync(() => void (process.exitCode = 1))
       }
       const line = Option.match(failure, {
-        onNone: () => `unexpected error: ${describe(Cause.squash(cause))}`,
-        onSome: (error) => describe(error)
+        onNone: () => `unexpected error: ${describeError(Cause.squash(cause))}`,
+        onSome: (error) => describeError(error)
       })
       return Console.error(verboseFlag ? Cause.pretty(cause) : `error: ${line}`).pipe(
         Effect.zipRight(Effect.sync(() => void (process.exitCode = 1)))

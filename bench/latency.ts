@@ -1,0 +1,224 @@
+/**
+ * The latency scenario: an idle queue, a worker already running and idle, and a producer that commits
+ * one message at a time. Measured from COMMIT returning in the producer (`performance.now()`) to the
+ * handler starting (`performance.now()`, same process). Also, for ours, delayed messages: from their
+ * `available_at` to the handler start, both on the database clock.
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as Redacted from "effect/Redacted"
+import { Logger as GraphileLogger, run } from "graphile-worker"
+import pg from "pg"
+import * as PgTransport from "../src/layers/PgTransport.js"
+import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
+import * as Worker from "../src/programs/Worker.js"
+import * as Handlers from "../src/services/Handlers.js"
+import * as Outbox from "../src/services/Outbox.js"
+import { BenchNoop, peerQueue, queue, sleep, table, withDeadline } from "./common.js"
+import * as Graphile from "./graphile.js"
+import * as Ours from "./ours.js"
+
+const quiet = <A, E, R>(self: Effect.Effect<A, E, R>) => Logger.withMinimumLogLevel(self, LogLevel.Error)
+
+export interface LatencyOptions {
+  /** Messages sent, warm-up included. */
+  readonly messages: number
+  /** The first messages, not measured. */
+  readonly warmup: number
+  /** Pause after a message was handled before the next is sent, so that the worker is idle again. */
+  readonly gapMs: number
+}
+
+/** Handler starts by message number, with a promise per awaited number. */
+const starts = () => {
+  const waiting = new Map<number, (t: number) => void>()
+  return {
+    /** Called by the handler. */
+    started: (n: number) => {
+      const t = performance.now()
+      const resolve = waiting.get(n)
+      if (resolve !== undefined) {
+        waiting.delete(n)
+        resolve(t)
+      }
+    },
+    /** Registered before the message is committed. */
+    expect: (n: number): Promise<number> =>
+      withDeadline(new Promise<number>((resolve) => waiting.set(n, resolve)), 15_000, `handling of message ${n}`)
+  }
+}
+
+/**
+ * Sends `messages` one at a time: register, commit (returns the client-side commit time), wait for the
+ * handler start, pause `gapMs`. Returns the latencies in ms after the warm-up.
+ */
+const produce = async (
+  options: LatencyOptions,
+  waiter: ReturnType<typeof starts>,
+  commit: (n: number) => Promise<number>
+): Promise<Array<number>> => {
+  const out: Array<number> = []
+  for (let n = 1; n <= options.messages; n++) {
+    const handled = waiter.expect(n)
+    const committed = await commit(n)
+    const started = await handled
+    if (n > options.warmup) out.push(started - committed)
+    await sleep(options.gapMs)
+  }
+  return out
+}
+
+/** Our stack with a handler that receives the message and its envelope. */
+const ourLayer = (
+  url: string,
+  onHandle: (n: number, transportId: string) => Effect.Effect<void>,
+  transport: PgTransport.Options = { table }
+) =>
+  Layer.mergeAll(
+    Outbox.layer(),
+    Handlers.layer([Handlers.handler(BenchNoop, (message, envelope) => onHandle(message.n, envelope.transportId))]),
+    ScheduleRetryStrategy.layerDefault
+  ).pipe(
+    Layer.provideMerge(PgTransport.layer(transport)),
+    Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 4 }))
+  )
+
+/**
+ * Runs `Worker.run(options)` in the background of a runtime over `layer` while `body` runs, then
+ * interrupts it (a graceful stop) and disposes the runtime.
+ */
+export const withWorker = async <R, E, A>(
+  layer: Layer.Layer<R, E, never>,
+  options: Worker.WorkerOptions,
+  body: (runtime: ManagedRuntime.ManagedRuntime<R, E>) => Promise<A>
+): Promise<A> => {
+  const runtime = ManagedRuntime.make(layer)
+  try {
+    await runtime.runPromise(Effect.void) // build the layer (pool, first connection) before the worker starts
+    const worker = runtime.runFork(quiet(Worker.run(options) as unknown as Effect.Effect<unknown, unknown, R>))
+    try {
+      return await body(runtime)
+    } finally {
+      await runtime.runPromise(Fiber.interrupt(worker))
+    }
+  } finally {
+    await runtime.dispose()
+  }
+}
+
+/** Commits `Outbox.dispatch(new BenchNoop({ n }))` in its own transaction; resolves with the time COMMIT returned. */
+const dispatchOne = (n: number, delayMs?: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql.withTransaction(Outbox.dispatch(new BenchNoop({ n }), delayMs === undefined ? undefined : { delay: Duration.millis(delayMs) }))
+    return performance.now()
+  })
+
+/** Ours: `Worker.run({ transports: ["outbox"] })` with its defaults (sleep 1 s; woken by LISTEN/NOTIFY). */
+export const ours = async (url: string, options: LatencyOptions): Promise<Array<number>> => {
+  await Ours.setup(url)
+  const waiter = starts()
+  return withWorker(ourLayer(url, (n) => Effect.sync(() => waiter.started(n))), { transports: [queue] }, async (runtime) => {
+    await sleep(300) // the worker has claimed nothing and waits
+    return produce(options, waiter, (n) => runtime.runPromise(quiet(dispatchOne(n))))
+  })
+}
+
+/**
+ * Ours, delayed messages: each dispatched with `{ delay }`, one at a time. The handler reads
+ * `clock_timestamp() - available_at` of its own row (database clock) on a separate connection.
+ * Returns those lags in ms.
+ */
+export const oursDelayed = async (url: string, options: { readonly messages: number; readonly delayMs: number }): Promise<Array<number>> => {
+  await Ours.setup(url)
+  const probe = new pg.Client({ connectionString: url })
+  probe.on("error", () => {})
+  await probe.connect()
+  try {
+    const lags = new Map<number, number>()
+    const waiter = starts()
+    const onHandle = (n: number, transportId: string) =>
+      Effect.promise(async () => {
+        const { rows } = await probe.query<{ ms: number }>(
+          `SELECT (extract(epoch FROM clock_timestamp() - available_at) * 1000)::float8 AS ms FROM "${table}" WHERE id = $1`,
+          [transportId]
+        )
+        if (rows[0] !== undefined) lags.set(n, rows[0].ms)
+        waiter.started(n)
+      })
+    await withWorker(ourLayer(url, onHandle), { transports: [queue] }, async (runtime) => {
+      await sleep(300)
+      await produce({ messages: options.messages, warmup: 0, gapMs: 5 }, waiter, (n) =>
+        runtime.runPromise(quiet(dispatchOne(n, options.delayMs))))
+    })
+    return Array.from(lags.values())
+  } finally {
+    await probe.end().catch(() => undefined)
+  }
+}
+
+const graphileLogger = new GraphileLogger(() => (level, message) => {
+  if (level === "error") console.error(`graphile-worker: ${message}`)
+})
+
+/** graphile-worker with its default settings (LISTEN/NOTIFY on `add_job`, 2 s poll interval). */
+export const graphile = async (url: string, options: LatencyOptions): Promise<Array<number>> => {
+  await Graphile.setup(url)
+  const waiter = starts()
+  const runner = await run({
+    connectionString: url,
+    logger: graphileLogger,
+    noHandleSignals: true,
+    taskList: {
+      [peerQueue]: (payload) => {
+        waiter.started((payload as { n: number }).n)
+      }
+    }
+  })
+  const client = new pg.Client({ connectionString: url })
+  client.on("error", () => {})
+  await client.connect()
+  try {
+    await sleep(300)
+    return await produce(options, waiter, async (n) => {
+      await client.query("BEGIN")
+      await client.query("SELECT graphile_worker.add_job($1, json_build_object('n', $2::int))", [peerQueue, n])
+      await client.query("COMMIT")
+      return performance.now()
+    })
+  } finally {
+    await client.end().catch(() => undefined)
+    await runner.stop()
+  }
+}
+
+/** The p-th percentile (nearest rank) of `values`. */
+export const percentile = (values: ReadonlyArray<number>, p: number): number => {
+  if (values.length === 0) return Number.NaN
+  const sorted = [...values].sort((a, b) => a - b)
+  const rank = Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length)))
+  return sorted[rank - 1]!
+}
+
+export interface Percentiles {
+  readonly count: number
+  readonly p50: number
+  readonly p95: number
+  readonly p99: number
+  readonly max: number
+}
+
+export const percentiles = (values: ReadonlyArray<number>): Percentiles => ({
+  count: values.length,
+  p50: percentile(values, 50),
+  p95: percentile(values, 95),
+  p99: percentile(values, 99),
+  max: values.length === 0 ? Number.NaN : Math.max(...values)
+})
