@@ -12,7 +12,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as PubSub from "effect/PubSub"
 import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Exit from "effect/Exit"
@@ -329,43 +328,49 @@ export const make = (
       })
 
     // Wake-ups: one LISTEN connection per transport instance, shared by its subscribers, started with the first.
-    const hints = yield* PubSub.sliding<string>(64)
+    // The listener's callback signals the subscribers directly (no intermediate fiber on the latency path).
+    const subscriptions = new Set<{ readonly queues: ReadonlySet<string>; readonly signal: Queue.Queue<void> }>()
+    const onNotify = (payload: string) => {
+      for (const s of subscriptions) {
+        if (payload === "*" || s.queues.has(payload)) s.signal.unsafeOffer(undefined)
+      }
+    }
     const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
-    let subscribers = 0
     let listenerScope: Scope.CloseableScope | undefined
     const startListener = Effect.suspend(() => {
-      subscribers++
-      if (subscribers > 1 || !notify || Option.isNone(pgClient)) return Effect.void
+      if (subscriptions.size > 1 || !notify || Option.isNone(pgClient)) return Effect.void
       return Effect.gen(function*() {
         const scope = yield* Scope.make()
         listenerScope = scope
-        yield* listen({
-          config: pgClient.value.config,
-          channel,
-          onNotify: (payload) => void hints.unsafeOffer(payload)
-        }).pipe(Scope.extend(scope))
+        yield* listen({ config: pgClient.value.config, channel, onNotify }).pipe(Scope.extend(scope))
       })
     })
     const stopListener = Effect.suspend(() => {
-      subscribers--
-      if (subscribers > 0 || listenerScope === undefined) return Effect.void
+      if (subscriptions.size > 0 || listenerScope === undefined) return Effect.void
       const scope = listenerScope
       listenerScope = undefined
       return Scope.close(scope, Exit.void)
     })
     const wakeups: TransportShape["wakeups"] = (names) =>
       Effect.gen(function*() {
-        const queues = new Set(names.map((name) => transports.get(name)?.queueName).filter((q) => q !== undefined))
-        const subscription = yield* PubSub.subscribe(hints)
-        yield* Effect.acquireRelease(startListener, () => stopListener)
+        const queues = new Set(names.flatMap((name) => {
+          const queue = transports.get(name)?.queueName
+          return queue === undefined ? [] : [queue]
+        }))
         const signal = yield* Queue.sliding<void>(1)
-        yield* Queue.take(subscription).pipe(
-          Effect.flatMap((payload) => (payload === "*" || queues.has(payload) ? Queue.offer(signal, undefined) : Effect.void)),
-          Effect.forever,
-          Effect.interruptible,
-          Effect.forkScoped
+        const subscription = { queues, signal }
+        yield* Effect.acquireRelease(
+          Effect.suspend(() => {
+            subscriptions.add(subscription)
+            return startListener
+          }),
+          () =>
+            Effect.suspend(() => {
+              subscriptions.delete(subscription)
+              return stopListener
+            })
         )
-        return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal), { concurrent: false })
+        return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal))
       })
 
     const columns = sql.literal(
