@@ -401,17 +401,34 @@ export const make = (options: CliOptions = {}) => {
       if (!yes) return yield* fail("Cancelled.")
     })
 
+  /** The failed messages a `failed:retry`/`failed:remove` run acts on, handed to `act` (not called when none). */
+  const onSelected = <E, R>(
+    o: {
+      readonly dsn: Option.Option<Redacted.Redacted>
+      readonly ids: ReadonlyArray<string>
+      readonly all: boolean
+      readonly classFilter: Option.Option<string>
+      readonly transport: string
+    },
+    act: (transport: TransportShape, messages: ReadonlyArray<StoredMessage>) => Effect.Effect<void, E, R>
+  ) =>
+    withTransport(
+      o.dsn,
+      Effect.gen(function*() {
+        const transport = yield* Transport
+        yield* known(transport, [o.transport])
+        const messages = yield* selection(transport, o.transport, o)
+        if (messages.length === 0) return yield* Console.log("[OK] No failed messages were found.")
+        yield* act(transport, messages)
+      })
+    )
+
   const failedRetry = Command.make(
     "failed:retry",
     { dsn, ids, all, classFilter, force, transport: failureTransport },
     (o) =>
-      withTransport(
-        o.dsn,
+      onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
-          const transport = yield* Transport
-          yield* known(transport, [o.transport])
-          const messages = yield* selection(transport, o.transport, o)
-          if (messages.length === 0) return yield* Console.log("[OK] No failed messages were found.")
           const plan: Array<{ readonly message: StoredMessage; readonly to: string; readonly headers: string }> = []
           for (const message of messages) {
             const headers = Headers.decode(message.headers)
@@ -435,29 +452,22 @@ export const make = (options: CliOptions = {}) => {
             }
           }
           yield* Console.log(`${moved} message(s) will be retried by the workers of their transports.`)
-        })
-      )
+        }))
   ).pipe(Command.withDescription("Send failed messages back to their original transport, ready now"))
 
   const failedRemove = Command.make(
     "failed:remove",
     { dsn, ids, all, classFilter, force, transport: failureTransport },
     (o) =>
-      withTransport(
-        o.dsn,
+      onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
-          const transport = yield* Transport
-          yield* known(transport, [o.transport])
-          const messages = yield* selection(transport, o.transport, o)
-          if (messages.length === 0) return yield* Console.log("[OK] No failed messages were found.")
           yield* confirm(`Permanently remove ${messages.length} message(s)?`, o.force)
           let removed = 0
           for (let i = 0; i < messages.length; i += 1000) {
             removed += yield* transport.remove(o.transport, messages.slice(i, i + 1000).map((m) => m.id))
           }
           yield* Console.log(`[OK] ${removed} message(s) removed.`)
-        })
-      )
+        }))
   ).pipe(Command.withDescription("Delete failed messages"))
 
   const stats = Command.make(
