@@ -17,6 +17,7 @@ import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { defaultFailureTransport, defaultRedeliverTimeout } from "./PgTransport.js"
+import { compareIds } from "../internal/compareIds.js"
 
 interface Row {
   readonly id: string
@@ -301,13 +302,7 @@ export const layer = (options: Options = {}): Layer.Layer<Transport | MemoryTran
     Effect.map(make(options), (t) => Context.make(Transport, t).pipe(Context.add(MemoryTransport, t)))
   )
 
-const byId = (a: Row, b: Row): number => {
-  return compareIds(a.id, b.id)
-}
-
-/** Decimal ids without leading zeros: shorter is smaller, then lexical order (no BigInt per comparison). */
-const compareIds = (a: string, b: string): number =>
-  a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0
+const byId = (a: Row, b: Row): number => compareIds(a.id, b.id)
 
 const byAvailability = (a: Row, b: Row): number => {
   const d = a.availableAt - b.availableAt

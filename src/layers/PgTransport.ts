@@ -22,6 +22,7 @@ import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { listen } from "./internal/pgListener.js"
 import { describeError } from "../internal/describeError.js"
+import { compareIds } from "../internal/compareIds.js"
 
 /**
  * Options of one named transport.
@@ -553,10 +554,6 @@ const nameOf = (table: string): string => (table.includes(".") ? table.split("."
 
 const column = <A>(messages: ReadonlyArray<OutgoingMessage>, f: (m: OutgoingMessage) => A): Array<A> =>
   messages.map(f)
-
-/** Decimal ids without leading zeros: shorter is smaller, then lexical order (no BigInt per comparison). */
-const compareIds = (a: string, b: string): number =>
-  a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0
 
 const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {
   const d = a.availableAt.getTime() - b.availableAt.getTime()
