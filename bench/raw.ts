@@ -24,7 +24,8 @@ export const claimSql = `
           UPDATE "${table}" AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
           WHERE m.id = ANY(ARRAY(SELECT id FROM next))
           RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
-                    m.created_at, m.available_at, m.delivery_count`
+                    (extract(epoch FROM m.created_at) * 1000)::float8 AS created_ms,
+                    (extract(epoch FROM m.available_at) * 1000)::float8 AS available_ms, m.delivery_count`
 
 /** src/layers/PgTransport.ts, `ack`: $1 the ids (text, cast to bigint[]). */
 export const deleteSql = `DELETE FROM "${table}" WHERE id = ANY($1::bigint[])`

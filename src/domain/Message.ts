@@ -84,16 +84,57 @@ export const encodeBody = (message: Tagged): Effect.Effect<string, MessageEncode
   )
 }
 
-const decoders = new WeakMap<MessageClass, (u: unknown) => Either.Either<any, ParseResult.ParseError>>()
+type Decoder<A> = (u: unknown) => Either.Either<A, ParseResult.ParseError>
 
-/** One compiled decoder per message class (building one per message would dominate the cost). */
-const decoderOf = <A extends Tagged>(schema: MessageClass<A>) => {
+const decoders = new WeakMap<MessageClass, Decoder<any>>()
+
+/**
+ * One compiled decoder per message class (building one per message would dominate the cost).
+ *
+ * For a `Schema.Class`, the schema's own decode validates the fields (the encoded side, with its
+ * transformations and filters) and then calls the class constructor, which copies and re-merges the props —
+ * most of the cost of a decode. The fields are decoded the same way here and the instance is made from the
+ * class's prototype directly, once the first decoded message showed that this builds the same instance as
+ * the constructor (same own properties, same values). A class whose constructor adds or changes properties
+ * keeps the schema's decode.
+ */
+const decoderOf = <A extends Tagged>(schema: MessageClass<A>): Decoder<A> => {
   let decoder = decoders.get(schema)
   if (decoder === undefined) {
-    decoder = Schema.decodeUnknownEither(schema)
+    decoder = makeDecoder(schema)
     decoders.set(schema, decoder)
   }
-  return decoder as (u: unknown) => Either.Either<A, ParseResult.ParseError>
+  return decoder as Decoder<A>
+}
+
+const makeDecoder = <A extends Tagged>(schema: MessageClass<A>): Decoder<A> => {
+  const full = Schema.decodeUnknownEither(schema) as Decoder<A>
+  const ast = schema.ast
+  const ctor = schema as unknown as { new(props: unknown, disableValidation: boolean): A; prototype: object }
+  if (ast._tag !== "Transformation" || typeof ctor !== "function" || typeof ctor.prototype !== "object") return full
+  const fields = Schema.decodeUnknownEither(Schema.make(ast.from)) as Decoder<object>
+  const build = (props: object): A => Object.assign(Object.create(ctor.prototype), props)
+  let fast: boolean | undefined
+  return (u) => {
+    if (fast === false) return full(u)
+    const props = fields(u)
+    if (Either.isLeft(props)) return full(u)
+    if (fast === true) return Either.right(build(props.right))
+    // What the schema's decode does after the fields: the constructor, validation off.
+    const constructed = new ctor(props.right, true)
+    fast = sameInstance(constructed, build(props.right))
+    return Either.right(constructed)
+  }
+}
+
+const sameInstance = (a: object, b: object): boolean => {
+  if (Object.getPrototypeOf(a) !== Object.getPrototypeOf(b)) return false
+  const keys = Reflect.ownKeys(a)
+  if (keys.length !== Reflect.ownKeys(b).length) return false
+  return keys.every((key) =>
+    Object.prototype.hasOwnProperty.call(b, key) &&
+    (a as Record<PropertyKey, unknown>)[key] === (b as Record<PropertyKey, unknown>)[key]
+  )
 }
 
 /**

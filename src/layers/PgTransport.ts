@@ -109,6 +109,16 @@ interface Row {
   readonly delivery_count: number
 }
 
+interface ClaimedRow {
+  readonly id: string
+  readonly message_id: string
+  readonly body: string
+  readonly headers: string
+  readonly created_ms: number
+  readonly available_ms: number
+  readonly delivery_count: number
+}
+
 const toStored = (transport: string) => (row: Row): StoredMessage => ({
   id: row.id,
   transport,
@@ -255,7 +265,7 @@ export const make = (
       Effect.gen(function*() {
         const transport = yield* lookup(name)
         const limit = Math.max(1, Math.floor(batchSize))
-        const rows = yield* sql<Row>`
+        const rows = yield* sql<ClaimedRow>`
           WITH next AS MATERIALIZED (
             SELECT id FROM ${t}
             WHERE queue_name = ${transport.queueName}
@@ -268,12 +278,20 @@ export const make = (
           UPDATE ${t} AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
           WHERE m.id = ANY(ARRAY(SELECT id FROM next))
           RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
-                    m.created_at, m.available_at, m.delivery_count`.pipe(wrap(name, "claim"))
+                    (extract(epoch FROM m.created_at) * 1000)::float8 AS created_ms,
+                    (extract(epoch FROM m.available_at) * 1000)::float8 AS available_ms, m.delivery_count`.pipe(wrap(name, "claim"))
+        // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
         return rows
-          .map((row): ReceivedMessage => {
-            const { deliveredAt: _, ...received } = toStored(name)(row)
-            return received
-          })
+          .map((row): ReceivedMessage => ({
+            id: row.id,
+            transport: name,
+            messageId: row.message_id,
+            body: row.body,
+            headers: row.headers,
+            createdAt: new Date(row.created_ms),
+            availableAt: new Date(row.available_ms),
+            deliveries: row.delivery_count
+          }))
           .sort(byAvailability)
       })
 

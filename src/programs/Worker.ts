@@ -12,12 +12,15 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type { Envelope, ReceivedMessage } from "../domain/Envelope.js"
 import {
   MessageDecodeError,
   NoHandlerForMessageError,
   RecoverableMessageHandlingError,
+  type TransportError,
+  type UnknownTransportError,
   UnrecoverableMessageHandlingError,
   WorkerDiedError
 } from "../domain/Errors.js"
@@ -89,6 +92,12 @@ export interface WorkerOptions {
   readonly timeLimit?: Duration.DurationInput
   /** Stop once the process's resident memory exceeds this many bytes. */
   readonly memoryLimit?: number
+  /**
+   * While a full batch runs, claim the next one (default `true`): the database and the handlers work at the
+   * same time. The prefetched messages are leased and renewed like the running ones, and given back at once
+   * when the worker stops or a higher-priority transport has messages.
+   */
+  readonly prefetch?: boolean
   /** Stop as soon as a poll of every transport finds nothing ready. */
   readonly stopWhenEmpty?: boolean
   /**
@@ -302,9 +311,23 @@ const lastDelay = (headers: Headers.Headers): Duration.Duration => {
   return history.length === 0 ? Duration.seconds(1) : Duration.millis(history[history.length - 1]!.delayMs)
 }
 
+const failOutcome = (headers: Headers.Headers, transport: string, error: unknown): Outcome => {
+  const details = errorDetails(Cause.fail(error))
+  return {
+    _tag: "Fail",
+    type: headers.type,
+    error: details,
+    headers: Headers.patch(headers, {
+      errorDetails: details,
+      originalTransport: headers.originalTransport ?? transport
+    })
+  }
+}
+
 /**
  * Handles one claimed message and decides its outcome. Never fails: every error of a handler
  * becomes an outcome. Handlers that already succeeded on an earlier delivery are skipped.
+ * The handlers' services must be provided around it (`HandlersShape.provide`).
  *
  * @since 0.1.0
  * @category internals
@@ -313,60 +336,53 @@ const handleOne = (
   row: ReceivedMessage,
   registry: HandlersShape,
   strategy: RetryStrategyShape
-): Effect.Effect<Outcome> =>
-  Effect.gen(function*() {
-    const decoded = decode(row, registry)
-    if (Either.isLeft(decoded)) {
-      const { error, headers } = decoded.left
-      const details = errorDetails(Cause.fail(error))
-      return {
-        _tag: "Fail",
-        type: headers.type,
-        error: details,
-        headers: Headers.patch(headers, {
-          errorDetails: details,
-          originalTransport: headers.originalTransport ?? row.transport
-        })
-      } satisfies Outcome
-    }
-    const { envelope, handlers } = decoded.right
-    // Claims are counted: deliveries beyond the recorded retries had no outcome — a worker died on them.
-    const retries = Headers.retryCount(envelope.headers)
-    const crashes = row.deliveries - 1 - retries
-    if (crashes > 0) {
-      const error = new WorkerDiedError({
-        message: `A worker died or lost its lease while handling this message (${crashes} of ${row.deliveries} ` +
-          `deliveries recorded no outcome)`,
-        deliveries: row.deliveries
-      })
-      const planned = yield* strategy.delayFor({ transport: row.transport, attempt: retries + crashes, error })
-      if (Option.isNone(planned)) {
-        const details = errorDetails(Cause.fail(error))
-        return {
-          _tag: "Fail",
-          type: envelope.headers.type,
-          error: details,
-          headers: Headers.patch(envelope.headers, {
-            errorDetails: details,
-            originalTransport: envelope.headers.originalTransport ?? row.transport
-          })
-        } satisfies Outcome
-      }
-    }
-    // Fast path (the common case): one handler, first run. Few Effect operations per message.
-    if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-      const h = handlers[0]!
-      const exit = yield* Effect.exit(h.handle(envelope.message, envelope))
-      if (Exit.isSuccess(exit)) return ackOf(envelope.headers.type)
-      if (Cause.isInterruptedOnly(exit.cause)) return release
-      return yield* decideFailure(row.transport, envelope.headers, [], [exit.cause], strategy)
-    }
+): Effect.Effect<Outcome> => {
+  const decoded = decode(row, registry)
+  if (Either.isLeft(decoded)) return Effect.succeed(failOutcome(decoded.left.headers, row.transport, decoded.left.error))
+  const { envelope, handlers } = decoded.right
+  // Claims are counted: deliveries beyond the recorded retries had no outcome — a worker died on them.
+  const retries = Headers.retryCount(envelope.headers)
+  const crashes = row.deliveries - 1 - retries
+  if (crashes > 0) {
+    const error = new WorkerDiedError({
+      message: `A worker died or lost its lease while handling this message (${crashes} of ${row.deliveries} ` +
+        `deliveries recorded no outcome)`,
+      deliveries: row.deliveries
+    })
+    return Effect.flatMap(
+      strategy.delayFor({ transport: row.transport, attempt: retries + crashes, error }),
+      (planned) =>
+        Option.isNone(planned)
+          ? Effect.succeed(failOutcome(envelope.headers, row.transport, error))
+          : runHandlers(row, envelope, handlers, strategy)
+    )
+  }
+  return runHandlers(row, envelope, handlers, strategy)
+}
+
+const runHandlers = (
+  row: ReceivedMessage,
+  envelope: Envelope,
+  handlers: ReadonlyArray<RegisteredHandler>,
+  strategy: RetryStrategyShape
+): Effect.Effect<Outcome> => {
+  // Fast path (the common case): one handler, first run. Few Effect operations per message.
+  if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
+    return Effect.matchCauseEffect(handlers[0]!.run(envelope.message, envelope), {
+      onSuccess: () => Effect.succeed(ackOf(envelope.headers.type)),
+      onFailure: (cause) =>
+        Cause.isInterruptedOnly(cause)
+          ? Effect.succeed(release)
+          : decideFailure(row.transport, envelope.headers, [], [cause], strategy)
+    })
+  }
+  return Effect.gen(function*() {
     const done = new Set(envelope.headers.handledBy ?? [])
     const handledBy = [...done]
     const causes: Array<Cause.Cause<unknown>> = []
     for (const h of handlers) {
       if (done.has(h.name)) continue
-      const exit = yield* Effect.exit(Effect.suspend(() => h.handle(envelope.message, envelope)))
+      const exit = yield* Effect.exit(h.run(envelope.message, envelope))
       if (Exit.isSuccess(exit)) {
         handledBy.push(h.name)
       } else if (Cause.isInterruptedOnly(exit.cause)) {
@@ -378,6 +394,7 @@ const handleOne = (
     if (causes.length === 0) return ackOf(envelope.headers.type)
     return yield* decideFailure(row.transport, envelope.headers, handledBy, causes, strategy)
   })
+}
 
 /**
  * Runs the worker until a limit stops it (or forever). Transport failures — the database down,
@@ -385,6 +402,10 @@ const handleOne = (
  * 10 s); writes of outcomes are retried for up to a minute, so a database restart loses and repeats
  * nothing. Interrupted (SIGTERM/SIGINT under `NodeRuntime.runMain`), it lets in-flight handlers finish
  * within `shutdownTimeout`, records their outcomes, and releases the messages it claimed but did not start.
+ *
+ * Per batch: one claim statement; handlers run inside one fiber with the handlers' services provided once;
+ * acks go to a background writer (one `DELETE` per flush); while a full batch runs, the next one is
+ * already being claimed (`prefetch`), so the database and the handlers work at the same time.
  *
  * @since 0.1.0
  * @category constructors
@@ -397,20 +418,32 @@ export const run = (
     const registry = yield* Handlers
     const strategy = yield* RetryStrategy
     const startedAt = yield* Clock.currentTimeMillis
+    const ledger = makeLedger(options.transports)
     const state: RunState = {
       options,
       transport,
       registry,
       strategy,
+      ledger,
       counts: { handled: 0, retried: 0, failed: 0 },
       startedAt,
       timeLimitMs: options.timeLimit === undefined ? Infinity : Duration.toMillis(Duration.decode(options.timeLimit)),
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds")
     }
     const purger = yield* Effect.forkDaemon(purgeJob(options))
+    const heartbeat = yield* Effect.forkDaemon(heartbeatJob(ledger, transport, options.transports))
+    const writer = yield* Effect.forkDaemon(ackWriter(ledger, transport))
+    // Last: the acks still queued are written (and the leases renewed until they are), whatever ended the run.
+    const finish = Effect.gen(function*() {
+      yield* Fiber.interrupt(writer)
+      yield* flushAcks(ledger, transport).pipe(
+        Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error))
+      )
+      yield* Fiber.interrupt(heartbeat)
+      yield* Fiber.interrupt(purger)
+    })
     const wake = yield* transport.wakeups(options.transports)
     const reason = yield* consumeLoop(state, wake).pipe(
-      Effect.ensuring(Fiber.interrupt(purger)),
       Effect.tapError((error) =>
         error._tag === "StopWorker"
           ? Effect.void
@@ -427,11 +460,97 @@ export const run = (
       Effect.catchAllCause((cause) =>
         Effect.logError("outbox worker stopped on an unexpected error", cause).pipe(Effect.as("empty" as const))
       ),
+      Effect.ensuring(finish),
       Effect.onInterrupt(() => Effect.logInfo("outbox worker: stopped by interruption")),
       Effect.annotateLogs({ worker: "effect-outbox" })
     )
     return { ...state.counts, stoppedBy: reason }
   }).pipe(Effect.scoped)
+
+/**
+ * What the worker holds, per transport: the claimed messages not yet settled in storage (their leases
+ * are renewed) and the handled ones whose ack is not written yet.
+ */
+interface Ledger {
+  readonly held: Map<string, Set<string>>
+  readonly acks: Map<string, Array<string>>
+  /** Something to ack: wakes the writer, which waits up to `ackInterval` to gather more. */
+  readonly pending: Queue.Queue<void>
+  /** A batch ended: the writer writes now. */
+  readonly urgent: Queue.Queue<void>
+}
+
+const makeLedger = (names: ReadonlyArray<string>): Ledger => ({
+  held: new Map(names.map((name) => [name, new Set<string>()])),
+  acks: new Map(names.map((name) => [name, []])),
+  pending: Effect.runSync(Queue.sliding<void>(1)),
+  urgent: Effect.runSync(Queue.sliding<void>(1))
+})
+
+const heldOf = (ledger: Ledger, name: string): Set<string> => {
+  let held = ledger.held.get(name)
+  if (held === undefined) {
+    held = new Set()
+    ledger.held.set(name, held)
+  }
+  return held
+}
+
+const pushAck = (ledger: Ledger, name: string, id: string): void => {
+  let acks = ledger.acks.get(name)
+  if (acks === undefined) {
+    acks = []
+    ledger.acks.set(name, acks)
+  }
+  acks.push(id)
+  if (acks.length === 1) ledger.pending.unsafeOffer(undefined)
+}
+
+/**
+ * Writes the queued acks, one statement per transport. Uninterruptible: ids taken from the queue are
+ * written, or logged as lost to a storage failure (the messages come back after their lease) — never
+ * dropped by an interruption.
+ */
+const flushAcks = (ledger: Ledger, transport: TransportShape) =>
+  Effect.forEach(ledger.acks, ([name, acks]) => {
+    if (acks.length === 0) return Effect.void
+    const ids = acks.splice(0, acks.length)
+    return transport.ack(name, ids).pipe(
+      Effect.retry(storageRetry),
+      Effect.tap(() => {
+        const held = heldOf(ledger, name)
+        for (const id of ids) held.delete(id)
+      })
+    )
+  }, { discard: true }).pipe(Effect.uninterruptible)
+
+/** The background ack writer: acks are written while the next batch runs, never on the way of a handler. */
+const ackWriter = (ledger: Ledger, transport: TransportShape) =>
+  Effect.gen(function*() {
+    while (true) {
+      yield* Queue.take(ledger.pending)
+      yield* Effect.raceFirst(Queue.take(ledger.urgent), Effect.sleep(ackInterval))
+      yield* Queue.takeAll(ledger.urgent)
+      yield* flushAcks(ledger, transport).pipe(
+        Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages will come back", error))
+      )
+    }
+  }).pipe(Effect.interruptible)
+
+/** Renews the leases of every held message, every third of the shortest lease (own fiber, never blocks a handler). */
+const heartbeatJob = (ledger: Ledger, transport: TransportShape, names: ReadonlyArray<string>) => {
+  const leases = names.flatMap((name) => Option.toArray(transport.lease(name)).map(Duration.toMillis))
+  if (leases.length === 0) return Effect.void
+  const every = Duration.millis(Math.max(10, Math.min(...leases) / 3))
+  const beat = Effect.forEach(names, (name) => {
+    const held = ledger.held.get(name)
+    if (held === undefined || held.size === 0 || Option.isNone(transport.lease(name))) return Effect.void
+    return transport.keepalive(name, Array.from(held)).pipe(
+      Effect.catchAll((error) => Effect.logWarning("outbox worker: lease renewal failed", error))
+    )
+  }, { discard: true })
+  return beat.pipe(Effect.repeat(Schedule.spaced(every)), Effect.delay(every), Effect.interruptible)
+}
 
 /** The idempotency retention job: exclusive (advisory lock) and batched, so any number of workers may run it. */
 const purgeJob = (options: WorkerOptions) =>
@@ -461,6 +580,7 @@ interface RunState {
   readonly transport: TransportShape
   readonly registry: HandlersShape
   readonly strategy: RetryStrategyShape
+  readonly ledger: Ledger
   readonly counts: { handled: number; retried: number; failed: number }
   readonly startedAt: number
   readonly timeLimitMs: number
@@ -492,11 +612,46 @@ const stop = (state: RunState, reason: StopReason) =>
     Effect.zipRight(Effect.fail(new StopWorker({ reason })))
   )
 
-const consumeLoop = (state: RunState, wake: Effect.Effect<void>) =>
-  Effect.gen(function*() {
-    const { options, transport } = state
+const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
+  const { ledger, options, transport } = state
+  // The next batch of a transport, claimed while the current one runs.
+  const prefetched = new Map<string, Fiber.Fiber<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>>()
+  const claim = (name: string, size: number) =>
+    transport.claim(name, size).pipe(
+      Effect.tap((rows) =>
+        Effect.sync(() => {
+          const held = heldOf(ledger, name)
+          for (const row of rows) held.add(row.id)
+        })
+      )
+    )
+  // Claims not handed to handlers (a limit, shutdown, a failure, a higher-priority transport) go back at once.
+  const releaseAhead = (name: string) =>
+    Effect.suspend(() => {
+      const fiber = prefetched.get(name)
+      if (fiber === undefined) return Effect.void
+      prefetched.delete(name)
+      return Fiber.await(fiber).pipe(
+        Effect.flatMap((exit) => {
+          if (Exit.isFailure(exit) || exit.value.length === 0) return Effect.void
+          const ids = exit.value.map((row) => row.id)
+          return transport.release(name, ids).pipe(
+            Effect.retry(storageRetry),
+            Effect.tap(() => {
+              const held = heldOf(ledger, name)
+              for (const id of ids) held.delete(id)
+            }),
+            Effect.catchAll(() => Effect.void)
+          )
+        })
+      )
+    })
+  const releaseAll = Effect.suspend(() => Effect.forEach(Array.from(prefetched.keys()), releaseAhead, { discard: true }))
+
+  return Effect.gen(function*() {
     const batchSize = Math.max(1, Math.floor(options.batchSize ?? 50))
     const sleepMs = Duration.toMillis(Duration.decode(options.sleep ?? "1 second"))
+    const prefetch = options.prefetch ?? true
 
     while (true) {
       let found = false
@@ -505,11 +660,23 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) =>
         if (reason !== undefined) return yield* stop(state, reason)
         const { counts } = state
         const remaining = options.limit === undefined
-          ? batchSize
+          ? Infinity
           : options.limit - counts.handled - counts.retried - counts.failed
-        const batch = yield* transport.claim(name, Math.min(batchSize, remaining))
+        const size = Math.min(batchSize, remaining)
+        const ahead = prefetched.get(name)
+        prefetched.delete(name)
+        const batch = ahead === undefined ? yield* claim(name, size) : yield* Fiber.join(ahead)
         if (batch.length === 0) continue
         found = true
+        // Passed over for this higher-priority transport: their claims go back to other workers.
+        for (const other of options.transports.slice(options.transports.indexOf(name) + 1)) {
+          if (prefetched.has(other)) yield* releaseAhead(other)
+        }
+        // A full batch says there is more: claim the next one now, so the database works while the handlers do.
+        const next = Math.min(batchSize, remaining - batch.length)
+        if (prefetch && batch.length >= size && next > 0) {
+          prefetched.set(name, yield* Effect.forkDaemon(Effect.uninterruptible(claim(name, next))))
+        }
         yield* processBatch(state, name, batch)
         break
       }
@@ -528,7 +695,8 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) =>
         yield* Effect.raceFirst(wake, Effect.sleep(Duration.millis(Math.max(0, waitMs))))
       }
     }
-  })
+  }).pipe(Effect.ensuring(releaseAll))
+}
 
 /** Writes of outcomes survive a short database outage (a restart, killed connections). */
 const storageRetry = Schedule.exponential("50 millis").pipe(
@@ -538,24 +706,12 @@ const storageRetry = Schedule.exponential("50 millis").pipe(
 
 const processBatch = (state: RunState, name: string, batch: ReadonlyArray<ReceivedMessage>) =>
   Effect.gen(function*() {
-    const { counts, options, registry, strategy, transport } = state
+    const { counts, ledger, options, registry, strategy, transport } = state
     const onEvent = options.onEvent
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
-    // held: claimed and not yet settled in storage (its lease is renewed);
-    // unstarted: claimed but not handed to a handler (given back at once when the batch ends).
-    const held = new Set(batch.map((row) => row.id))
-    const unstarted = new Set(held)
-    const acks: Array<string> = []
-    const heartbeat = Option.match(transport.lease(name), {
-      onNone: () => Effect.never,
-      onSome: (lease) =>
-        Effect.suspend(() => transport.keepalive(name, Array.from(held))).pipe(
-          Effect.catchAll((error) => Effect.logWarning("outbox worker: lease renewal failed", error)),
-          Effect.repeat(Schedule.spaced(Duration.millis(Math.max(10, Duration.toMillis(lease) / 3)))),
-          Effect.delay(Duration.millis(Math.max(10, Duration.toMillis(lease) / 3)))
-        )
-    })
-    const heartbeatFiber = yield* Effect.forkDaemon(heartbeat)
+    const held = heldOf(ledger, name)
+    // Claimed but not handed to a handler: given back at once when the batch ends.
+    const unstarted = new Set(batch.map((row) => row.id))
 
     const record = (row: ReceivedMessage, outcome: Outcome, durationMs: number) =>
       Effect.gen(function*() {
@@ -564,7 +720,7 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
             unstarted.add(row.id)
             return
           case "Ack": {
-            acks.push(row.id)
+            pushAck(ledger, name, row.id)
             counts.handled++
             if (onEvent) {
               yield* onEvent(WorkerEvent.Handled({ transport: name, messageId: row.messageId, type: outcome.type, durationMs }))
@@ -621,54 +777,39 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
     const timed = state.timeLimitMs !== Infinity || onEvent !== undefined
-    const putBack = (row: ReceivedMessage) => Effect.sync(() => void unstarted.add(row.id))
+    // Started and not finished: if the batch is interrupted (shutdown timeout), these go back at once.
+    const running = new Set<string>()
     const run = (row: ReceivedMessage, now: number) => {
       if (draining || limitReached(state, now) !== undefined) return Effect.void
       unstarted.delete(row.id)
-      return handleOne(row, registry, strategy).pipe(
-        // Interrupted at shutdown after the timeout: the message goes back at once.
-        Effect.onInterrupt(() => putBack(row)),
-        Effect.flatMap((outcome) =>
-          outcome._tag === "Ack" && onEvent === undefined
-            ? Effect.sync(() => {
-              acks.push(row.id)
-              counts.handled++
-            })
-            : timed
-            ? Effect.flatMap(Clock.currentTimeMillis, (end) => Effect.uninterruptible(record(row, outcome, end - now)))
-            : Effect.uninterruptible(record(row, outcome, 0))
-        )
-      )
+      running.add(row.id)
+      return Effect.flatMap(handleOne(row, registry, strategy), (outcome) => {
+        running.delete(row.id)
+        if (outcome._tag === "Ack" && onEvent === undefined) {
+          pushAck(ledger, name, row.id)
+          counts.handled++
+          return Effect.void
+        }
+        return timed
+          ? Effect.flatMap(Clock.currentTimeMillis, (end) => Effect.uninterruptible(record(row, outcome, end - now)))
+          : Effect.uninterruptible(record(row, outcome, 0))
+      })
     }
     const one = (row: ReceivedMessage) =>
       timed ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, now)) : Effect.suspend(() => run(row, 0))
 
-    // Acks are written in batches: by a background flush while handlers run (so a slow batch does
-    // not hold finished messages) and once more when the batch ends. Uninterruptible: ids taken from
-    // `acks` are written, or logged as lost to a storage failure — never dropped by an interruption.
-    const flushAcks = Effect.suspend(() => {
-      const ids = acks.splice(0, acks.length)
-      return transport.ack(name, ids).pipe(
-        Effect.retry(storageRetry),
-        Effect.tap(() => ids.forEach((id) => held.delete(id)))
-      )
-    }).pipe(Effect.uninterruptible)
-    const flusher = yield* Effect.forkDaemon(
-      flushAcks.pipe(
-        Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, will retry", error)),
-        Effect.repeat(Schedule.spaced(ackInterval)),
-        Effect.delay(ackInterval)
-      )
-    )
-
+    // The acks of the batch are written by the background writer (now, not after its gathering delay); the
+    // messages claimed but not started (a limit, shutdown, a failure mid-batch) go back at once.
     const settle = Effect.gen(function*() {
-      yield* Fiber.interrupt(flusher)
-      yield* flushAcks.pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
-      yield* Fiber.interrupt(heartbeatFiber)
-      // Messages claimed but not started (a limit, shutdown, a failure mid-batch) go back at once.
+      ledger.urgent.unsafeOffer(undefined)
+      for (const id of running) unstarted.add(id)
       if (unstarted.size > 0) {
-        yield* transport.release(name, Array.from(unstarted)).pipe(
+        const ids = Array.from(unstarted)
+        yield* transport.release(name, ids).pipe(
           Effect.retry(storageRetry),
+          Effect.tap(() => {
+            for (const id of ids) held.delete(id)
+          }),
           Effect.catchAll(() => Effect.void)
         )
       }
@@ -677,11 +818,12 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
     // The batch runs in one daemon fiber, so that interrupting the worker (SIGTERM) does not take the
     // handlers in flight down with it: they get `shutdownTimeout` to finish and record their outcomes,
     // then they are interrupted and their messages released. (A racing Effect.timeout would be
-    // interrupted with us: a daemon timer interrupts the batch instead.)
+    // interrupted with us: a daemon timer interrupts the batch instead.) The handlers' services are
+    // provided once for the whole batch.
     return yield* Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
         const work = yield* Effect.forkDaemon(
-          Effect.interruptible(Effect.forEach(batch, one, { concurrency, discard: true }))
+          Effect.interruptible(registry.provide(Effect.forEach(batch, one, { concurrency, discard: true })))
         )
         const joined = yield* Effect.exit(restore(Fiber.join(work)))
         if (Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)) {
