@@ -33,11 +33,14 @@ const post = (method: string, params: object = {}) =>
 const rawConsume = async (url: string, onHandled: () => void) => {
   const client = new pg.Client({ connectionString: url })
   await client.connect()
+  let ids: Array<string> = []
   while (true) {
-    const { rows } = await client.query<{ id: string }>(Raw.claimSql, ["outbox", 30000, batch])
+    const { rows } = ids.length === 0
+      ? await client.query<{ id: string }>(Raw.claimSql, ["outbox", 30000, batch])
+      : await client.query<{ id: string }>(Raw.ackAndClaimSql, [ids, "outbox", 30000, batch])
+    ids = rows.map((r) => r.id)
     if (rows.length === 0) break
     for (const _ of rows) onHandled()
-    await client.query(Raw.deleteSql, [rows.map((r) => r.id)])
   }
   await client.end()
 }

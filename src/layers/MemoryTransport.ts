@@ -121,6 +121,32 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       if (row !== undefined) rows.set(id, f(row))
     }
 
+    const claim = (name: string, batchSize: number) =>
+        Effect.gen(function*() {
+          const { leaseMs } = yield* lookup(name)
+          const now = yield* Clock.currentTimeMillis
+          const limit = Math.max(1, Math.floor(batchSize))
+          const claimed: Array<ReceivedMessage> = []
+          for (const row of ordered()) {
+            if (claimed.length >= limit) break
+            if (row.queueName !== name || row.availableAt > now) continue
+            if (row.deliveredAt !== null && row.deliveredAt >= now - leaseMs) continue
+            const next = { ...row, deliveredAt: now, deliveries: row.deliveries + 1 }
+            rows.set(row.id, next)
+            claimed.push({
+              id: next.id,
+              transport: name,
+              messageId: next.messageId,
+              body: next.body,
+              headers: next.headers,
+              createdAt: new Date(next.createdAt),
+              availableAt: new Date(next.availableAt),
+              deliveries: next.deliveries
+            })
+          }
+          return claimed
+        })
+
     const transport: MemoryTransportShape = {
       names: Array.from(config.keys()),
       failureTransport: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => c.failureTransport),
@@ -147,33 +173,10 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           }
           if (messages.length > 0) hint(name)
         }),
-      claim: (name, batchSize) =>
-        Effect.gen(function*() {
-          const { leaseMs } = yield* lookup(name)
-          const now = yield* Clock.currentTimeMillis
-          const limit = Math.max(1, Math.floor(batchSize))
-          const claimed: Array<ReceivedMessage> = []
-          for (const row of ordered()) {
-            if (claimed.length >= limit) break
-            if (row.queueName !== name || row.availableAt > now) continue
-            if (row.deliveredAt !== null && row.deliveredAt >= now - leaseMs) continue
-            const next = { ...row, deliveredAt: now, deliveries: row.deliveries + 1 }
-            rows.set(row.id, next)
-            claimed.push({
-              id: next.id,
-              transport: name,
-              messageId: next.messageId,
-              body: next.body,
-              headers: next.headers,
-              createdAt: new Date(next.createdAt),
-              availableAt: new Date(next.availableAt),
-              deliveries: next.deliveries
-            })
-          }
-          return claimed
-        }),
-      ack: (_name, ids) => Effect.sync(() => ids.forEach((id) => rows.delete(id))),
-      retry: (_name, id, { delay, headers }) =>
+      claim: (name, batchSize) => claim(name, batchSize),
+      ackAndClaim: (name, ids, batchSize) =>
+        Effect.zipRight(Effect.sync(() => ids.forEach((id) => rows.delete(id))), claim(name, batchSize)),
+      ack: (_name, ids) => Effect.sync(() => ids.forEach((id) => rows.delete(id))),      retry: (_name, id, { delay, headers }) =>
         Effect.map(Clock.currentTimeMillis, (now) =>
           update(id, (row) => ({ ...row, availableAt: now + Duration.toMillis(delay), deliveredAt: null, headers }))),
       fail: (name, id, { headers }) =>

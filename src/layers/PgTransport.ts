@@ -261,25 +261,49 @@ export const make = (
         ).pipe(wrap(name, "send"))
       })
 
-    const claim: TransportShape["claim"] = (name, batchSize) =>
-      Effect.gen(function*() {
-        const transport = yield* lookup(name)
-        const limit = Math.max(1, Math.floor(batchSize))
-        const rows = yield* sql<ClaimedRow>`
-          WITH next AS MATERIALIZED (
-            SELECT id FROM ${t}
+    /**
+     * One statement: lock the next ready rows (skipping those other claimers hold), lease them, return them.
+     * With `acked`, the same statement deletes the handled messages: one round trip and one commit for the
+     * acks of a batch and the claim of the next. (An acked row is held by this worker, its lease renewed, so
+     * the claim does not see it as ready.)
+     */
+    const claimStatement = (transport: ResolvedTransport, limit: number, acked: ReadonlyArray<string>) => {
+      const ready = sql`SELECT id FROM ${t}
             WHERE queue_name = ${transport.queueName}
               AND available_at <= now()
-              AND (delivered_at IS NULL OR delivered_at < now() - ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond')
+              AND (delivered_at IS NULL OR delivered_at < now() - ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond')`
+      const claimed = sql`UPDATE ${t} AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
+          WHERE m.id = ANY(ARRAY(SELECT id FROM next))
+          RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
+                    (extract(epoch FROM m.created_at) * 1000)::float8 AS created_ms,
+                    (extract(epoch FROM m.available_at) * 1000)::float8 AS available_ms, m.delivery_count`
+      return acked.length === 0
+        ? sql<ClaimedRow>`
+          WITH next AS MATERIALIZED (
+            ${ready}
             ORDER BY available_at, id
             LIMIT ${limit}
             FOR UPDATE SKIP LOCKED
           )
-          UPDATE ${t} AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
-          WHERE m.id = ANY(ARRAY(SELECT id FROM next))
-          RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
-                    (extract(epoch FROM m.created_at) * 1000)::float8 AS created_ms,
-                    (extract(epoch FROM m.available_at) * 1000)::float8 AS available_ms, m.delivery_count`.pipe(wrap(name, "claim"))
+          ${claimed}`
+        : sql<ClaimedRow>`
+          WITH acked AS (
+            DELETE FROM ${t} WHERE id = ANY(${ids(acked)})
+          ), next AS MATERIALIZED (
+            ${ready}
+            ORDER BY available_at, id
+            LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED
+          )
+          ${claimed}`
+    }
+
+    const claimRows = (name: string, batchSize: number, acked: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const transport = yield* lookup(name)
+        const rows = yield* claimStatement(transport, Math.max(1, Math.floor(batchSize)), acked).pipe(
+          wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")
+        )
         // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
         return rows
           .map((row): ReceivedMessage => ({
@@ -294,6 +318,10 @@ export const make = (
           }))
           .sort(byAvailability)
       })
+
+    const claim: TransportShape["claim"] = (name, batchSize) => claimRows(name, batchSize, [])
+    const ackAndClaim: NonNullable<TransportShape["ackAndClaim"]> = (name, values, batchSize) =>
+      claimRows(name, batchSize, values)
 
     const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
 
@@ -499,6 +527,7 @@ export const make = (
       setup,
       send,
       claim,
+      ackAndClaim,
       ack,
       retry,
       fail,

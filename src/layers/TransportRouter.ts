@@ -158,6 +158,11 @@ export const make = (...backends: ReadonlyArray<TransportShape>): Effect.Effect<
       setup,
       send: (name, messages) => Effect.flatMap(lookup(name), (b) => b.send(name, messages)),
       claim: (name, batchSize) => Effect.flatMap(lookup(name), (b) => b.claim(name, batchSize)),
+      ackAndClaim: (name, ids, batchSize) =>
+        Effect.flatMap(lookup(name), (b) =>
+          b.ackAndClaim !== undefined
+            ? b.ackAndClaim(name, ids, batchSize)
+            : Effect.zipRight(b.ack(name, ids), b.claim(name, batchSize))),
       ack: (name, ids) => Effect.flatMap(lookupOrError(name, "ack"), (b) => b.ack(name, ids)),
       retry: (name, id, options) => Effect.flatMap(lookupOrError(name, "retry"), (b) => b.retry(name, id, options)),
       fail,

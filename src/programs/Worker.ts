@@ -368,13 +368,13 @@ const runHandlers = (
 ): Effect.Effect<Outcome> => {
   // Fast path (the common case): one handler, first run. Few Effect operations per message.
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-    return Effect.matchCauseEffect(handlers[0]!.run(envelope.message, envelope), {
-      onSuccess: () => Effect.succeed(ackOf(envelope.headers.type)),
-      onFailure: (cause) =>
-        Cause.isInterruptedOnly(cause)
-          ? Effect.succeed(release)
-          : decideFailure(row.transport, envelope.headers, [], [cause], strategy)
-    })
+    // (Plain arguments, not an options object: no closure per message gets named by the transpiler.)
+    return Effect.flatMap(Effect.exit(handlers[0]!.run(envelope.message, envelope)), (exit) =>
+      Exit.isSuccess(exit)
+        ? Effect.succeed(ackOf(envelope.headers.type))
+        : Cause.isInterruptedOnly(exit.cause)
+        ? Effect.succeed(release)
+        : decideFailure(row.transport, envelope.headers, [], [exit.cause], strategy))
   }
   return Effect.gen(function*() {
     const done = new Set(envelope.headers.handledBy ?? [])
@@ -474,15 +474,18 @@ export const run = (
 interface Ledger {
   readonly held: Map<string, Set<string>>
   readonly acks: Map<string, Array<string>>
-  /** Something to ack: wakes the writer, which waits up to `ackInterval` to gather more. */
+  /** When the oldest unwritten ack of a transport was queued (`Date.now()`). */
+  readonly since: Map<string, number>
+  /** Something to ack: wakes the writer. */
   readonly pending: Queue.Queue<void>
-  /** A batch ended: the writer writes now. */
+  /** Write every queued ack now. */
   readonly urgent: Queue.Queue<void>
 }
 
 const makeLedger = (names: ReadonlyArray<string>): Ledger => ({
   held: new Map(names.map((name) => [name, new Set<string>()])),
   acks: new Map(names.map((name) => [name, []])),
+  since: new Map(),
   pending: Effect.runSync(Queue.sliding<void>(1)),
   urgent: Effect.runSync(Queue.sliding<void>(1))
 })
@@ -503,37 +506,68 @@ const pushAck = (ledger: Ledger, name: string, id: string): void => {
     ledger.acks.set(name, acks)
   }
   acks.push(id)
-  if (acks.length === 1) ledger.pending.unsafeOffer(undefined)
+  if (acks.length === 1) {
+    ledger.since.set(name, Date.now())
+    ledger.pending.unsafeOffer(undefined)
+  }
+}
+
+/** Takes the queued acks of a transport (to write them, or to send them along with a claim). */
+const takeAcks = (ledger: Ledger, name: string): Array<string> => {
+  const acks = ledger.acks.get(name)
+  return acks === undefined || acks.length === 0 ? [] : acks.splice(0, acks.length)
+}
+
+/** Acks written: the messages are settled, their leases no longer renewed. */
+const settled = (ledger: Ledger, name: string, ids: ReadonlyArray<string>): void => {
+  const held = heldOf(ledger, name)
+  for (const id of ids) held.delete(id)
+}
+
+/** Acks not written (their statement failed): queued again, so the writer retries them. */
+const requeueAcks = (ledger: Ledger, name: string, ids: ReadonlyArray<string>): void => {
+  for (const id of ids) pushAck(ledger, name, id)
 }
 
 /**
- * Writes the queued acks, one statement per transport. Uninterruptible: ids taken from the queue are
- * written, or logged as lost to a storage failure (the messages come back after their lease) — never
- * dropped by an interruption.
+ * Writes the queued acks (of every transport, or of those whose oldest ack waited `ackInterval`), one
+ * statement per transport. Uninterruptible: ids taken from the queue are written, or logged as lost to a
+ * storage failure (the messages come back after their lease) — never dropped by an interruption.
  */
-const flushAcks = (ledger: Ledger, transport: TransportShape) =>
-  Effect.forEach(ledger.acks, ([name, acks]) => {
-    if (acks.length === 0) return Effect.void
-    const ids = acks.splice(0, acks.length)
+const flushAcks = (ledger: Ledger, transport: TransportShape, dueOnly = false) =>
+  Effect.forEach(Array.from(ledger.acks.keys()), (name) => {
+    if (dueOnly && Date.now() - (ledger.since.get(name) ?? 0) < Duration.toMillis(ackInterval)) return Effect.void
+    const ids = takeAcks(ledger, name)
+    if (ids.length === 0) return Effect.void
     return transport.ack(name, ids).pipe(
       Effect.retry(storageRetry),
-      Effect.tap(() => {
-        const held = heldOf(ledger, name)
-        for (const id of ids) held.delete(id)
-      })
+      Effect.tap(() => settled(ledger, name, ids))
     )
   }, { discard: true }).pipe(Effect.uninterruptible)
 
-/** The background ack writer: acks are written while the next batch runs, never on the way of a handler. */
+/**
+ * The background ack writer. Acks normally ride on the worker's next claim (`ackAndClaim`); what waited
+ * `ackInterval` without one — a slow batch, an idle queue, a backend without `ackAndClaim` — is written here,
+ * never on the way of a handler.
+ */
 const ackWriter = (ledger: Ledger, transport: TransportShape) =>
   Effect.gen(function*() {
+    const intervalMs = Duration.toMillis(ackInterval)
     while (true) {
       yield* Queue.take(ledger.pending)
-      yield* Effect.raceFirst(Queue.take(ledger.urgent), Effect.sleep(ackInterval))
-      yield* Queue.takeAll(ledger.urgent)
-      yield* flushAcks(ledger, transport).pipe(
-        Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages will come back", error))
-      )
+      while (Array.from(ledger.acks.values()).some((acks) => acks.length > 0)) {
+        const oldest = Math.min(
+          ...Array.from(ledger.acks).flatMap(([name, acks]) => acks.length > 0 ? [ledger.since.get(name) ?? 0] : [])
+        )
+        const wait = oldest + intervalMs - Date.now()
+        const urgent = wait > 0
+          ? yield* Effect.raceFirst(Effect.as(Queue.take(ledger.urgent), true), Effect.as(Effect.sleep(wait), false))
+          : false
+        yield* Queue.takeAll(ledger.urgent)
+        yield* flushAcks(ledger, transport, !urgent).pipe(
+          Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages will come back", error))
+        )
+      }
     }
   }).pipe(Effect.interruptible)
 
@@ -616,15 +650,24 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
   const { ledger, options, transport } = state
   // The next batch of a transport, claimed while the current one runs.
   const prefetched = new Map<string, Fiber.Fiber<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>>()
+  // The acks queued for the transport ride on its claim when the backend can do both in one round trip.
   const claim = (name: string, size: number) =>
-    transport.claim(name, size).pipe(
-      Effect.tap((rows) =>
+    Effect.suspend(() => {
+      const acks = transport.ackAndClaim === undefined ? [] : takeAcks(ledger, name)
+      const claimed = acks.length === 0
+        ? transport.claim(name, size)
+        : transport.ackAndClaim!(name, acks, size).pipe(
+          Effect.tapBoth({
+            onFailure: () => Effect.sync(() => requeueAcks(ledger, name, acks)),
+            onSuccess: () => Effect.sync(() => settled(ledger, name, acks))
+          })
+        )
+      return Effect.tap(claimed, (rows) =>
         Effect.sync(() => {
           const held = heldOf(ledger, name)
           for (const row of rows) held.add(row.id)
-        })
-      )
-    )
+        }))
+    }).pipe(Effect.uninterruptible)
   // Claims not handed to handlers (a limit, shutdown, a failure, a higher-priority transport) go back at once.
   const releaseAhead = (name: string) =>
     Effect.suspend(() => {
@@ -646,7 +689,21 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
         })
       )
     })
-  const releaseAll = Effect.suspend(() => Effect.forEach(Array.from(prefetched.keys()), releaseAhead, { discard: true }))
+  let inHand: { readonly name: string; readonly rows: ReadonlyArray<ReceivedMessage> } | undefined
+  const releaseInHand = Effect.suspend(() => {
+    if (inHand === undefined) return Effect.void
+    const { name, rows } = inHand
+    inHand = undefined
+    const ids = rows.map((row) => row.id)
+    return transport.release(name, ids).pipe(
+      Effect.retry(storageRetry),
+      Effect.tap(() => settled(ledger, name, ids)),
+      Effect.catchAll(() => Effect.void)
+    )
+  })
+  const releaseAll = Effect.suspend(() =>
+    Effect.zipRight(releaseInHand, Effect.forEach(Array.from(prefetched.keys()), releaseAhead, { discard: true }))
+  )
 
   return Effect.gen(function*() {
     const batchSize = Math.max(1, Math.floor(options.batchSize ?? 50))
@@ -664,8 +721,17 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
           : options.limit - counts.handled - counts.retried - counts.failed
         const size = Math.min(batchSize, remaining)
         const ahead = prefetched.get(name)
-        prefetched.delete(name)
-        const batch = ahead === undefined ? yield* claim(name, size) : yield* Fiber.join(ahead)
+        // Claimed rows are "in hand" until processBatch takes them: an interruption in between releases them.
+        const batch = yield* Effect.uninterruptibleMask((restore) =>
+          (ahead === undefined ? claim(name, size) : Effect.flatten(restore(Fiber.await(ahead)))).pipe(
+            Effect.tap((rows) =>
+              Effect.sync(() => {
+                prefetched.delete(name)
+                if (rows.length > 0) inHand = { name, rows }
+              })
+            )
+          )
+        )
         if (batch.length === 0) continue
         found = true
         // Passed over for this higher-priority transport: their claims go back to other workers.
@@ -675,9 +741,14 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
         // A full batch says there is more: claim the next one now, so the database works while the handlers do.
         const next = Math.min(batchSize, remaining - batch.length)
         if (prefetch && batch.length >= size && next > 0) {
-          prefetched.set(name, yield* Effect.forkDaemon(Effect.uninterruptible(claim(name, next))))
+          prefetched.set(name, yield* Effect.forkDaemon(claim(name, next)))
+          // Fibers run on microtasks: without a turn of the event loop the claim would reach the socket only
+          // after the whole batch ran. One turn sends it now, and the database works while the handlers do.
+          yield* yieldToIo
         }
-        yield* processBatch(state, name, batch)
+        yield* processBatch(state, name, batch, () => {
+          inHand = undefined
+        })
         break
       }
       const now = yield* Clock.currentTimeMillis
@@ -698,13 +769,24 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
   }).pipe(Effect.ensuring(releaseAll))
 }
 
+/** Resumes after one turn of the event loop: pending I/O callbacks and `process.nextTick`s run first. */
+const yieldToIo: Effect.Effect<void> = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
 /** Writes of outcomes survive a short database outage (a restart, killed connections). */
 const storageRetry = Schedule.exponential("50 millis").pipe(
   Schedule.union(Schedule.spaced("2 seconds")),
   Schedule.upTo("1 minute")
 )
 
-const processBatch = (state: RunState, name: string, batch: ReadonlyArray<ReceivedMessage>) =>
+const processBatch = (
+  state: RunState,
+  name: string,
+  batch: ReadonlyArray<ReceivedMessage>,
+  onStart: () => void
+) =>
   Effect.gen(function*() {
     const { counts, ledger, options, registry, strategy, transport } = state
     const onEvent = options.onEvent
@@ -798,10 +880,11 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
     const one = (row: ReceivedMessage) =>
       timed ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, now)) : Effect.suspend(() => run(row, 0))
 
-    // The acks of the batch are written by the background writer (now, not after its gathering delay); the
-    // messages claimed but not started (a limit, shutdown, a failure mid-batch) go back at once.
+    // The acks of the batch ride on the next claim, or the background writer writes them (now, when the
+    // backend cannot ack with a claim); the messages claimed but not started (a limit, shutdown, a failure
+    // mid-batch) go back at once.
     const settle = Effect.gen(function*() {
-      ledger.urgent.unsafeOffer(undefined)
+      if (transport.ackAndClaim === undefined) ledger.urgent.unsafeOffer(undefined)
       for (const id of running) unstarted.add(id)
       if (unstarted.size > 0) {
         const ids = Array.from(unstarted)
@@ -822,6 +905,7 @@ const processBatch = (state: RunState, name: string, batch: ReadonlyArray<Receiv
     // provided once for the whole batch.
     return yield* Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
+        onStart()
         const work = yield* Effect.forkDaemon(
           Effect.interruptible(registry.provide(Effect.forEach(batch, one, { concurrency, discard: true })))
         )

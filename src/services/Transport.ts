@@ -45,6 +45,16 @@ export interface TransportShape {
     batchSize: number
   ) => Effect.Effect<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>
   readonly ack: (transport: string, ids: ReadonlyArray<string>) => Effect.Effect<void, TransportError>
+  /**
+   * Optional: `ack(ids)` and `claim(batchSize)` in one round trip and, for PostgreSQL, one transaction —
+   * both happen or neither. The worker lets the acks of a finished batch ride on its next claim when the
+   * backend has it, and writes them on their own otherwise.
+   */
+  readonly ackAndClaim?: (
+    transport: string,
+    ids: ReadonlyArray<string>,
+    batchSize: number
+  ) => Effect.Effect<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>
   readonly retry: (
     transport: string,
     id: string,
