@@ -5,6 +5,7 @@ import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
 import * as Headers from "../src/domain/Headers.js"
 import * as Identifier from "../src/domain/Identifier.js"
 import * as Message from "../src/domain/Message.js"
@@ -135,6 +136,62 @@ describe("messages", () => {
     expect(Either.isLeft(corrupt) && corrupt.left.reason).toBe("CorruptBody")
     const invalid = Message.decodeBody(OrderPaid, `{"_tag":"OrderPaid","orderId":1.5,"amount":1}`)
     expect(Either.isLeft(invalid) && invalid.left.reason).toBe("InvalidBody")
+  })
+
+  it("decode to the same instances as the schema's own decode: transformations, filters, nested classes", () => {
+    class Line extends Schema.Class<Line>("Line")({ sku: Schema.String, qty: Schema.Int }) {}
+    class Placed extends Schema.TaggedClass<Placed>()("Placed", {
+      at: Schema.DateFromString,
+      lines: Schema.Array(Line),
+      note: Schema.optionalWith(Schema.String, { default: () => "none" })
+    }) {
+      get total() {
+        return this.lines.reduce((n, l) => n + l.qty, 0)
+      }
+    }
+    const body = (qty: number, extra = "") =>
+      `{"_tag":"Placed","at":"2026-11-30T10:00:00.000Z","lines":[{"sku":"a","qty":${qty}}]${extra}}`
+    for (const qty of [1, 2, 3]) {
+      const decoded = Either.getOrThrow(Message.decodeBody(Placed, body(qty)))
+      const expected = Schema.decodeUnknownSync(Placed)(JSON.parse(body(qty)))
+      expect(decoded).toBeInstanceOf(Placed)
+      expect(decoded).toEqual(expected)
+      expect(Object.keys(decoded)).toEqual(Object.keys(expected))
+      expect(decoded.at).toBeInstanceOf(Date)
+      expect(decoded.lines[0]).toBeInstanceOf(Line)
+      expect(decoded.note).toBe("none")
+      expect(decoded.total).toBe(qty)
+    }
+    const invalid = Message.decodeBody(Placed, body(1.5))
+    expect(Either.isLeft(invalid) && invalid.left.reason).toBe("InvalidBody")
+
+    // A filter on the class schema still applies.
+    class Positive extends Schema.TaggedClass<Positive>()(
+      "Positive",
+      Schema.Struct({ n: Schema.Number }).pipe(Schema.filter((s) => s.n > 0 || "n must be positive"))
+    ) {}
+    expect(Either.isRight(Message.decodeBody(Positive, `{"_tag":"Positive","n":1}`))).toBe(true)
+    expect(Either.isRight(Message.decodeBody(Positive, `{"_tag":"Positive","n":2}`))).toBe(true)
+    const negative = Message.decodeBody(Positive, `{"_tag":"Positive","n":-1}`)
+    expect(Either.isLeft(negative) && negative.left.message).toContain("n must be positive")
+  })
+
+  it("keep a class's own constructor when it adds or changes properties", () => {
+    class Stamped extends Schema.TaggedClass<Stamped>()("Stamped", { n: Schema.Number }) {
+      readonly seen = true
+    }
+    class Doubled extends Schema.TaggedClass<Doubled>()("Doubled", { n: Schema.Number }) {
+      constructor(props: { readonly n: number }, options?: boolean) {
+        super({ n: props.n * 2 }, options)
+      }
+    }
+    for (const n of [1, 2]) {
+      const stamped = Either.getOrThrow(Message.decodeBody(Stamped, `{"_tag":"Stamped","n":${n}}`))
+      expect(stamped.seen).toBe(true)
+      expect(stamped.n).toBe(n)
+      const doubled = Either.getOrThrow(Message.decodeBody(Doubled, `{"_tag":"Doubled","n":${n}}`))
+      expect(doubled.n).toBe(n * 2)
+    }
   })
 
   it("get time-ordered UUIDv7 ids", () => {

@@ -178,6 +178,26 @@ layer(freshDatabase())("transport conformance", (it) => {
           expect(failed!.transport).toBe("failed")
         }))
 
+      it.effect("ackAndClaim deletes the handled messages and claims the next ones, in one step", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          expect(t.ackAndClaim).toBeDefined()
+          yield* t.send("outbox", [1, 2, 3, 4, 5].map((n) => outgoing(n)))
+          const first = yield* t.claim("outbox", 2)
+          const second = yield* t.ackAndClaim!("outbox", first.map((m) => m.id), 2)
+          expect(numbers(second)).toEqual([3, 4])
+          const third = yield* t.ackAndClaim!("outbox", second.map((m) => m.id), 10)
+          expect(numbers(third)).toEqual([5])
+          // the acked messages are gone for good: not claimable even after their lease
+          yield* backend.advance(t, lease + 1)
+          const after = yield* t.ackAndClaim!("outbox", [], 10)
+          expect(numbers(after)).toEqual([5])
+          expect((yield* t.stats("outbox")).inFlight).toBe(1)
+          // an unknown transport is a typed error
+          const unknown = yield* Effect.flip(t.ackAndClaim!("nope", [], 1))
+          expect(unknown._tag).toBe("UnknownTransportError")
+        }))
+
       it.effect("keepalive renews the lease; release hands the message back at once", () =>
         Effect.gen(function*() {
           const t = yield* backend.make

@@ -3,6 +3,7 @@
  */
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -99,6 +100,65 @@ describe("crash recovery", () => {
         expect(calls).toBe(2)
       }).pipe(Effect.provide(stack))
     })), 60_000)
+
+  it.live("the next batch, claimed while one runs, is leased and renewed like it; a rival never gets it", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("prefetch")
+      const lease = 600
+      const started = yield* Deferred.make<void>()
+      const handled: Array<number> = []
+      const stack = outboxStack({
+        table,
+        transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
+        handlers: [Handlers.handler(OrderPaid, (paid) =>
+          Effect.gen(function*() {
+            if (paid.orderId === 1) {
+              yield* Deferred.succeed(started, undefined)
+              yield* Effect.sleep(Duration.millis(lease * 4))
+            }
+            handled.push(paid.orderId)
+          }))]
+      })
+      yield* Effect.gen(function*() {
+        yield* (yield* Outbox.Outbox).dispatchAll([1, 2, 3, 4].map((orderId) => new OrderPaid({ orderId, amount: 1 })))
+        const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
+        yield* Deferred.await(started)
+        // The batch [1, 2] runs and [3, 4] is already claimed.
+        const leased = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE delivered_at IS NOT NULL`
+        expect(leased[0]!.n).toBe(4)
+        const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
+          Effect.timeout(Duration.millis(lease * 3)),
+          Effect.option
+        )
+        expect(rival._tag).toBe("None")
+        expect(yield* slow.await.pipe(Effect.flatten)).toMatchObject({ handled: 4, retried: 0, failed: 0 })
+        expect(handled).toEqual([1, 2, 3, 4])
+        expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
+      }).pipe(Effect.provide(stack))
+    })), 60_000)
+
+  it.live("a worker that stops mid-stream gives the claimed-ahead and unstarted messages back at once", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("giveback")
+      const stack = outboxStack({
+        table,
+        handlers: [Handlers.handler(OrderPaid, (paid) => paid.orderId === 5 ? Effect.fail("boom") : Effect.void)]
+      })
+      yield* Effect.gen(function*() {
+        yield* (yield* Outbox.Outbox).dispatchAll(Array.from({ length: 30 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+        const summary = yield* Worker.run({ transports: ["outbox"], batchSize: 10, failureLimit: 1 })
+        expect(summary).toMatchObject({ handled: 4, retried: 1, failed: 0, stoppedBy: "failure-limit" })
+        const rows = yield* sql<{ ready: number; untouched: number; total: number }>`
+          SELECT count(*) FILTER (WHERE delivered_at IS NULL AND available_at <= now())::int AS ready,
+                 count(*) FILTER (WHERE delivery_count = 0)::int AS untouched,
+                 count(*)::int AS total
+          FROM ${sql(table)}`
+        // 4 acked; the failed one waits for its retry; the other 25 are claimable now and count no delivery.
+        expect(rows[0]).toEqual({ ready: 25, untouched: 25, total: 26 })
+      }).pipe(Effect.provide(stack))
+    })))
 
   it.live("the worker survives its connections being killed and handles everything", () =>
     withPg(Effect.gen(function*() {
