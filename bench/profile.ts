@@ -35,9 +35,7 @@ const rawConsume = async (url: string, onHandled: () => void) => {
   await client.connect()
   let ids: Array<string> = []
   while (true) {
-    const { rows } = ids.length === 0
-      ? await client.query<{ id: string }>(Raw.claimSql, ["outbox", 30000, batch])
-      : await client.query<{ id: string }>(Raw.ackAndClaimSql, [ids, "outbox", 30000, batch])
+    const { rows } = await client.query<{ id: string }>(Raw.claimSql, ["outbox", 30000, batch, ids, true])
     ids = rows.map((r) => r.id)
     if (rows.length === 0) break
     for (const _ of rows) onHandled()

@@ -10,41 +10,13 @@ import pg from "pg"
 import { type BurnDownContender, clock, queue, table } from "./common.js"
 import * as Ours from "./ours.js"
 
-const claimed = `
-          UPDATE "${table}" AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
-          WHERE m.id = ANY(ARRAY(SELECT id FROM next))
-          RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
-                    (extract(epoch FROM m.created_at) * 1000)::float8 AS created_ms,
-                    (extract(epoch FROM m.available_at) * 1000)::float8 AS available_ms, m.delivery_count`
-
-/** src/layers/PgTransport.ts, `claim` (the first claim): $1 queue name, $2 lease in ms, $3 batch size. */
-export const claimSql = `
-          WITH next AS MATERIALIZED (
-            SELECT id FROM "${table}"
-            WHERE queue_name = $1
-              AND available_at <= now()
-              AND (delivered_at IS NULL OR delivered_at < now() - $2::float8 * interval '1 millisecond')
-            ORDER BY available_at, id
-            LIMIT $3
-            FOR UPDATE SKIP LOCKED
-          )${claimed}`
-
 /**
- * src/layers/PgTransport.ts, `ackAndClaim` (every later claim: it deletes the previous batch): $1 the ids
- * to delete (text, cast to bigint[]), $2 queue name, $3 lease in ms, $4 batch size.
+ * src/layers/PgTransport.ts, `claim` and `ackAndClaim`: the table's claim function (migration
+ * `3_claim_function`). $1 queue name, $2 lease in ms, $3 batch size, $4 the ids to delete first (the previous
+ * batch; text, cast to bigint[]), $5 relaxed commit (true: the worker's claim is its own transaction).
  */
-export const ackAndClaimSql = `
-          WITH acked AS (
-            DELETE FROM "${table}" WHERE id = ANY($1::bigint[])
-          ), next AS MATERIALIZED (
-            SELECT id FROM "${table}"
-            WHERE queue_name = $2
-              AND available_at <= now()
-              AND (delivered_at IS NULL OR delivered_at < now() - $3::float8 * interval '1 millisecond')
-            ORDER BY available_at, id
-            LIMIT $4
-            FOR UPDATE SKIP LOCKED
-          )${claimed}`
+export const claimSql = `SELECT * FROM "${table}_claim"($1, $2,
+          $3, $4::bigint[], $5)`
 
 /** src/layers/PgTransport.ts, `ack` (what the worker writes when no claim follows soon): $1 the ids. */
 export const deleteSql = `DELETE FROM "${table}" WHERE id = ANY($1::bigint[])`
@@ -55,11 +27,9 @@ const leaseMs = 30_000
 const normalize = (sql: string) => sql.replace(/\s+/g, " ").trim()
 
 /** Whether the statements recorded from the library include exactly our claim and delete texts. */
-export const sameStatements = (
-  recorded: ReadonlyArray<string>
-): { readonly claim: boolean; readonly ackAndClaim: boolean } => {
+export const sameStatements = (recorded: ReadonlyArray<string>): { readonly claim: boolean } => {
   const texts = new Set(recorded.map(normalize))
-  return { claim: texts.has(normalize(claimSql)), ackAndClaim: texts.has(normalize(ackAndClaimSql)) }
+  return { claim: texts.has(normalize(claimSql)) }
 }
 
 interface Row {
@@ -69,7 +39,7 @@ interface Row {
 export const burnDown = (batchSize: number): BurnDownContender => ({
   id: "raw",
   label: "raw-SQL limit",
-  settings: `our claim (LIMIT ${batchSize}) carrying the previous batch's DELETE, one pg connection, no library`,
+  settings: `our claim function (batch ${batchSize}), deleting the previous batch in the same call; one pg connection, no library`,
   run: async (url, options) => {
     await Ours.setup(url)
     await Ours.seed(url, 1, options.messages)
@@ -89,9 +59,7 @@ export const burnDown = (batchSize: number): BurnDownContender => ({
           capped = true
           break
         }
-        const { rows } = ids.length === 0
-          ? await client.query<Row>(claimSql, [queue, leaseMs, batchSize])
-          : await client.query<Row>(ackAndClaimSql, [ids, queue, leaseMs, batchSize])
+        const { rows } = await client.query<Row>(claimSql, [queue, leaseMs, batchSize, ids, true])
         ids = new Array<string>(rows.length)
         if (rows.length === 0) break
         for (let i = 0; i < rows.length; i++) {

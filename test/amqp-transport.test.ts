@@ -256,7 +256,7 @@ describe("AMQP transport", () => {
       const { transport } = yield* fresh()
       const wake = yield* transport.wakeups(["amqp"])
       expect(yield* transport.claim("amqp", 1)).toEqual([])
-      const waiting = yield* Effect.fork(wake)
+      const waiting = yield* Effect.fork(wake(Duration.minutes(1)))
       yield* transport.send("amqp", [outgoing(1)])
       yield* Fiber.join(waiting).pipe(Effect.timeout("5 seconds"))
       expect(numbers(yield* claimN(transport, "amqp", 1))).toEqual([1])

@@ -40,7 +40,11 @@ describe("PostgreSQL setup", () => {
       yield* Effect.all([transport.setup, transport.setup], { concurrency: 2 })
       const migrations = yield* sql<{ migration_id: number; name: string }>`
         SELECT migration_id, name FROM ${sql(`${table}_migrations`)}`
-      expect(migrations.map((m) => [m.migration_id, m.name])).toEqual([[1, "create_messages"], [2, "claim_fillfactor"]])
+      expect(migrations.map((m) => [m.migration_id, m.name])).toEqual([
+        [1, "create_messages"],
+        [2, "claim_fillfactor"],
+        [3, "claim_function"]
+      ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
         WHERE table_name = ${table} ORDER BY ordinal_position`
@@ -51,6 +55,34 @@ describe("PostgreSQL setup", () => {
       expect(columns.find((c) => c.column_name === "delivered_at")!.is_nullable).toBe("YES")
       const count = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`
       expect(count[0]!.n).toBe(1)
+    })))
+
+  it.live("claims through the table's claim function; its commit is relaxed only outside a caller's transaction", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("claimfn")
+      const transport = yield* PgTransport.make({ table })
+      yield* transport.setup
+      yield* transport.send("outbox", [message(), message()])
+      // Inside a caller's transaction the claim keeps the caller's durability.
+      const inside = yield* sql.withTransaction(Effect.gen(function*() {
+        const claimed = yield* transport.claim("outbox", 1)
+        const [setting] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
+        return { claimed: claimed.length, value: setting!.value }
+      }))
+      expect(inside).toEqual({ claimed: 1, value: "on" })
+      // Asked for it, the function relaxes the commit of its own transaction only.
+      const relaxed = yield* sql.withTransaction(Effect.gen(function*() {
+        yield* sql`SELECT * FROM ${sql(PgTransport.claimFunction(table))}('outbox', 30000, 1, '{}'::bigint[], true)`
+        const [setting] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
+        return setting!.value
+      }))
+      expect(relaxed).toBe("off")
+      const [after] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
+      expect(after!.value).toBe("on")
+      // Both claims committed: nothing is left to claim.
+      const [first] = yield* transport.claim("outbox", 10)
+      expect(first).toBeUndefined()
     })))
 
   it.live("adopts a table created by Symfony's Doctrine transport", () =>

@@ -782,7 +782,8 @@ export const make = (options: Options): Effect.Effect<AmqpTransportShape, Outbox
           Effect.interruptible,
           Effect.forkScoped
         )
-        return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal), { concurrent: false })
+        const next = Effect.zipRight(Queue.take(signal), Queue.takeAll(signal), { concurrent: false })
+        return (maxWait: Duration.Duration) => Effect.raceFirst(next, Effect.sleep(maxWait))
       })
 
     /**

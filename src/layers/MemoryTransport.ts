@@ -224,7 +224,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             Effect.forever,
             Effect.forkScoped
           )
-          return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal))
+          const next = Effect.zipRight(Queue.take(signal), Queue.takeAll(signal))
+          return (maxWait: Duration.Duration) => Effect.raceFirst(next, Effect.sleep(maxWait))
         }),
       list: (name, { max, type }) =>
         Effect.map(lookup(name), () =>

@@ -12,7 +12,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Exit from "effect/Exit"
 import type { OutgoingMessage, ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
@@ -180,8 +179,67 @@ export const migrations = (table: string) => {
     "2_claim_fillfactor": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       yield* sql`ALTER TABLE ${sql(table)} SET (fillfactor = 50)`
+    }),
+    // The claim as a function: PL/pgSQL keeps the plans of its statements for the session (no parse and
+    // plan per claim), acks and claims in one transaction, and may commit it without waiting for the WAL
+    // flush (see `claimFunction`).
+    "3_claim_function": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql.unsafe(claimFunctionSql(table))
     })
   })
+}
+
+/**
+ * The name of a table's claim function: `<table>_claim`, in the table's schema.
+ *
+ * @since 0.1.0
+ * @category migrations
+ */
+export const claimFunction = (table: string): string => `${table}_claim`
+
+const quoteIdentifier = (name: string) => name.split(".").map((part) => `"${part}"`).join(".")
+
+/**
+ * The claim function of a table (identifiers are validated before they get here): deletes `acked`, then
+ * locks the next `batch_size` ready rows of `queue` (skipping rows other claimers hold), leases them and
+ * returns them. With `relaxed`, the transaction commits without waiting for the WAL flush
+ * (`synchronous_commit = off` for this transaction only): a server crash can then undo the claim or the
+ * acks — the messages come back and are delivered again — but never lose or invent a message. The worker
+ * asks for it only when the claim is its own transaction, never inside a caller's.
+ */
+const claimFunctionSql = (table: string) => {
+  const t = quoteIdentifier(table)
+  return `CREATE OR REPLACE FUNCTION ${quoteIdentifier(claimFunction(table))}(
+  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
+) RETURNS TABLE (
+  id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int
+) LANGUAGE plpgsql AS $claim$
+#variable_conflict use_column
+BEGIN
+  IF relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  IF cardinality(acked) > 0 THEN
+    DELETE FROM ${t} AS done WHERE done.id = ANY(acked);
+  END IF;
+  RETURN QUERY
+  WITH next AS MATERIALIZED (
+    SELECT ready.id FROM ${t} AS ready
+    WHERE ready.queue_name = queue
+      AND ready.available_at <= now()
+      AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease_ms * interval '1 millisecond')
+    ORDER BY ready.available_at, ready.id
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED
+  )
+  UPDATE ${t} AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
+  WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
+  RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+    (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+    m.delivery_count;
+END
+$claim$`
 }
 
 /**
@@ -262,46 +320,17 @@ export const make = (
       })
 
     /**
-     * One statement: lock the next ready rows (skipping those other claimers hold), lease them, return them.
-     * With `acked`, the same statement deletes the handled messages: one round trip and one commit for the
-     * acks of a batch and the claim of the next. (An acked row is held by this worker, its lease renewed, so
-     * the claim does not see it as ready.)
+     * One statement, the table's claim function (migration `3_claim_function`): the handled messages of
+     * `acked` are deleted and the next ready ones leased, in one round trip and one commit. Outside a caller's
+     * transaction the commit is relaxed (see `claimFunction`).
      */
-    const claimStatement = (transport: ResolvedTransport, limit: number, acked: ReadonlyArray<string>) => {
-      const ready = sql`SELECT id FROM ${t}
-            WHERE queue_name = ${transport.queueName}
-              AND available_at <= now()
-              AND (delivered_at IS NULL OR delivered_at < now() - ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond')`
-      const claimed = sql`UPDATE ${t} AS m SET delivered_at = now(), delivery_count = m.delivery_count + 1
-          WHERE m.id = ANY(ARRAY(SELECT id FROM next))
-          RETURNING m.id::text AS id, m.message_id::text AS message_id, m.body, m.headers,
-                    (extract(epoch FROM m.created_at) * 1000)::float8 AS created_ms,
-                    (extract(epoch FROM m.available_at) * 1000)::float8 AS available_ms, m.delivery_count`
-      return acked.length === 0
-        ? sql<ClaimedRow>`
-          WITH next AS MATERIALIZED (
-            ${ready}
-            ORDER BY available_at, id
-            LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED
-          )
-          ${claimed}`
-        : sql<ClaimedRow>`
-          WITH acked AS (
-            DELETE FROM ${t} WHERE id = ANY(${ids(acked)})
-          ), next AS MATERIALIZED (
-            ${ready}
-            ORDER BY available_at, id
-            LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED
-          )
-          ${claimed}`
-    }
-
+    const fn = sql(claimFunction(table))
     const claimRows = (name: string, batchSize: number, acked: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const transport = yield* lookup(name)
-        const rows = yield* claimStatement(transport, Math.max(1, Math.floor(batchSize)), acked).pipe(
+        const inTransaction = Option.isSome(yield* Effect.serviceOption(SqlClient.TransactionConnection))
+        const rows = yield* sql<ClaimedRow>`SELECT * FROM ${fn}(${transport.queueName}, ${transport.redeliverTimeoutMs},
+          ${Math.max(1, Math.floor(batchSize))}, ${ids(acked)}, ${!inTransaction})`.pipe(
           wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")
         )
         // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
@@ -375,11 +404,20 @@ export const make = (
       })
 
     // Wake-ups: one LISTEN connection per transport instance, shared by its subscribers, started with the first.
-    // The listener's callback signals the subscribers directly (no intermediate fiber on the latency path).
-    const subscriptions = new Set<{ readonly queues: ReadonlySet<string>; readonly signal: Queue.Queue<void> }>()
+    // The listener's callback resumes a waiting subscriber directly: no fiber, queue or race on the latency path.
+    interface Subscription {
+      readonly queues: ReadonlySet<string>
+      /** A hint arrived while nobody waited. */
+      pending: boolean
+      /** Resumes the subscriber waiting now. */
+      waiter: (() => void) | undefined
+    }
+    const subscriptions = new Set<Subscription>()
     const onNotify = (payload: string) => {
       for (const s of subscriptions) {
-        if (payload === "*" || s.queues.has(payload)) s.signal.unsafeOffer(undefined)
+        if (payload !== "*" && !s.queues.has(payload)) continue
+        if (s.waiter !== undefined) s.waiter()
+        else s.pending = true
       }
     }
     const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
@@ -404,8 +442,7 @@ export const make = (
           const queue = transports.get(name)?.queueName
           return queue === undefined ? [] : [queue]
         }))
-        const signal = yield* Queue.sliding<void>(1)
-        const subscription = { queues, signal }
+        const subscription: Subscription = { queues, pending: false, waiter: undefined }
         yield* Effect.acquireRelease(
           Effect.suspend(() => {
             subscriptions.add(subscription)
@@ -417,7 +454,26 @@ export const make = (
               return stopListener
             })
         )
-        return Effect.zipRight(Queue.take(signal), Queue.takeAll(signal))
+        return (maxWait: Duration.Duration) =>
+          Effect.async<void>((resume) => {
+            if (subscription.pending) {
+              subscription.pending = false
+              resume(Effect.void)
+              return
+            }
+            const done = () => {
+              clearTimeout(timer)
+              subscription.waiter = undefined
+              subscription.pending = false
+              resume(Effect.void)
+            }
+            const timer = setTimeout(done, Math.min(maxTimeout, Math.max(0, Duration.toMillis(maxWait))))
+            subscription.waiter = done
+            return Effect.sync(() => {
+              clearTimeout(timer)
+              subscription.waiter = undefined
+            })
+          })
       })
 
     const columns = sql.literal(
@@ -595,6 +651,9 @@ const resolveTransports = (
     }
     return resolved
   })
+
+/** The longest `setTimeout` delay (about 24.8 days). */
+const maxTimeout = 2 ** 31 - 1
 
 const schemaOf = (table: string): string | null => (table.includes(".") ? table.split(".")[0]! : null)
 const nameOf = (table: string): string => (table.includes(".") ? table.split(".")[1]! : table)

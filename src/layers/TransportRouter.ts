@@ -12,6 +12,7 @@
  *
  * @since 0.1.0
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -128,11 +129,11 @@ export const make = (...backends: ReadonlyArray<TransportShape>): Effect.Effect<
           if (backend === undefined) continue
           groups.set(backend, [...(groups.get(backend) ?? []), name])
         }
-        const waits: Array<Effect.Effect<void>> = []
+        const waits: Array<(maxWait: Duration.Duration) => Effect.Effect<void>> = []
         for (const [backend, group] of groups) waits.push(yield* backend.wakeups(group))
-        if (waits.length === 0) return Effect.never
+        if (waits.length === 0) return (maxWait: Duration.Duration) => Effect.sleep(maxWait)
         if (waits.length === 1) return waits[0]!
-        return Effect.raceAll(waits)
+        return (maxWait: Duration.Duration) => Effect.raceAll(waits.map((wait) => wait(maxWait)))
       })
 
     const stats: TransportShape["stats"] = (name) =>

@@ -646,7 +646,7 @@ const stop = (state: RunState, reason: StopReason) =>
     Effect.zipRight(Effect.fail(new StopWorker({ reason })))
   )
 
-const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
+const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effect.Effect<void>) => {
   const { ledger, options, transport } = state
   // The next batch of a transport, claimed while the current one runs.
   const prefetched = new Map<string, Fiber.Fiber<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>>()
@@ -763,7 +763,7 @@ const consumeLoop = (state: RunState, wake: Effect.Effect<void>) => {
           const due = yield* transport.nextDue(name)
           if (Option.isSome(due)) waitMs = Math.min(waitMs, Math.ceil(due.value) + 1)
         }
-        yield* Effect.raceFirst(wake, Effect.sleep(Duration.millis(Math.max(0, waitMs))))
+        yield* wake(Duration.millis(Math.max(0, waitMs)))
       }
     }
   }).pipe(Effect.ensuring(releaseAll))

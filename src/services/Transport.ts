@@ -107,10 +107,12 @@ export interface TransportShape {
   readonly nextDue: (transport: string) => Effect.Effect<Option.Option<number>, TransportError | UnknownTransportError>
   /**
    * Subscribes, for the scope's life, to wake-up hints for these transports (new or released messages). The
-   * returned effect waits for the next hint; hints are coalesced. A backend without notifications never wakes it:
-   * polling stays the truth.
+   * returned function waits for the next hint, or `maxWait` at most; hints are coalesced. A backend without
+   * notifications only waits `maxWait`: polling stays the truth.
    */
-  readonly wakeups: (transports: ReadonlyArray<string>) => Effect.Effect<Effect.Effect<void>, never, Scope.Scope>
+  readonly wakeups: (
+    transports: ReadonlyArray<string>
+  ) => Effect.Effect<(maxWait: Duration.Duration) => Effect.Effect<void>, never, Scope.Scope>
   /** Counts of a transport's queue. */
   readonly stats: (transport: string) => Effect.Effect<TransportStats, TransportError | UnknownTransportError>
 }
