@@ -478,8 +478,10 @@ interface Ledger {
   readonly since: Map<string, number>
   /** Something to ack: wakes the writer. */
   readonly pending: Queue.Queue<void>
-  /** Write every queued ack now. */
-  readonly urgent: Queue.Queue<void>
+  /** Write every queued ack now (set by `flushNow`, read by the writer). */
+  urgent: boolean
+  /** Resumes the writer while it waits out `ackInterval`. */
+  interruptWait: (() => void) | undefined
 }
 
 const makeLedger = (names: ReadonlyArray<string>): Ledger => ({
@@ -487,8 +489,40 @@ const makeLedger = (names: ReadonlyArray<string>): Ledger => ({
   acks: new Map(names.map((name) => [name, []])),
   since: new Map(),
   pending: Effect.runSync(Queue.sliding<void>(1)),
-  urgent: Effect.runSync(Queue.sliding<void>(1))
+  urgent: false,
+  interruptWait: undefined
 })
+
+/** Asks the writer to write every queued ack now (a batch ended and no claim will carry its acks). */
+const flushNow = (ledger: Ledger): void => {
+  ledger.urgent = true
+  ledger.interruptWait?.()
+}
+
+/**
+ * Waits `ms`, or less when `flushNow` is called; resolves with whether it was. A plain timer and a callback
+ * (the writer wakes about once per batch: no fiber race each time).
+ */
+const waitOrUrgent = (ledger: Ledger, ms: number): Effect.Effect<boolean> =>
+  Effect.async<boolean>((resume) => {
+    if (ledger.urgent) {
+      resume(Effect.succeed(true))
+      return
+    }
+    const timer = setTimeout(() => {
+      ledger.interruptWait = undefined
+      resume(Effect.succeed(false))
+    }, ms)
+    ledger.interruptWait = () => {
+      clearTimeout(timer)
+      ledger.interruptWait = undefined
+      resume(Effect.succeed(true))
+    }
+    return Effect.sync(() => {
+      clearTimeout(timer)
+      ledger.interruptWait = undefined
+    })
+  })
 
 const heldOf = (ledger: Ledger, name: string): Set<string> => {
   let held = ledger.held.get(name)
@@ -560,10 +594,8 @@ const ackWriter = (ledger: Ledger, transport: TransportShape) =>
           ...Array.from(ledger.acks).flatMap(([name, acks]) => acks.length > 0 ? [ledger.since.get(name) ?? 0] : [])
         )
         const wait = oldest + intervalMs - Date.now()
-        const urgent = wait > 0
-          ? yield* Effect.raceFirst(Effect.as(Queue.take(ledger.urgent), true), Effect.as(Effect.sleep(wait), false))
-          : false
-        yield* Queue.takeAll(ledger.urgent)
+        const urgent = wait > 0 ? yield* waitOrUrgent(ledger, wait) : ledger.urgent
+        ledger.urgent = false
         yield* flushAcks(ledger, transport, !urgent).pipe(
           Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages will come back", error))
         )
@@ -884,7 +916,7 @@ const processBatch = (
     // backend cannot ack with a claim); the messages claimed but not started (a limit, shutdown, a failure
     // mid-batch) go back at once.
     const settle = Effect.gen(function*() {
-      if (transport.ackAndClaim === undefined) ledger.urgent.unsafeOffer(undefined)
+      if (transport.ackAndClaim === undefined) flushNow(ledger)
       for (const id of running) unstarted.add(id)
       if (unstarted.size > 0) {
         const ids = Array.from(unstarted)
