@@ -178,6 +178,25 @@ layer(freshDatabase())("transport conformance", (it) => {
           expect(failed!.transport).toBe("failed")
         }))
 
+      it.effect("nextDue: a delay's end, 0 for a message that became due unclaimed, then the claim's lease", () =>
+        Effect.gen(function*() {
+          const t = yield* backend.make
+          expect(yield* t.nextDue("outbox")).toEqual(Option.none())
+          yield* t.send("outbox", [outgoing(1, 5_000)])
+          const delayed = Option.getOrThrow(yield* t.nextDue("outbox"))
+          expect(delayed).toBeGreaterThan(4_000)
+          expect(delayed).toBeLessThanOrEqual(5_000)
+          // Due now and nobody claimed it (it became due after a claim found nothing): claim at once.
+          yield* backend.advance(t, 5_001)
+          expect(yield* t.nextDue("outbox")).toEqual(Option.some(0))
+          const [claimed] = yield* t.claim("outbox", 1)
+          const lease = Option.getOrThrow(yield* t.nextDue("outbox"))
+          expect(lease).toBeGreaterThan(9_000)
+          expect(lease).toBeLessThanOrEqual(10_000)
+          yield* t.ack("outbox", [claimed!.id])
+          expect(yield* t.nextDue("outbox")).toEqual(Option.none())
+        }))
+
       it.effect("ackAndClaim deletes the handled messages and claims the next ones, in one step", () =>
         Effect.gen(function*() {
           const t = yield* backend.make

@@ -123,16 +123,26 @@ describe("crash recovery", () => {
       yield* Effect.gen(function*() {
         yield* (yield* Outbox.Outbox).dispatchAll([1, 2, 3, 4].map((orderId) => new OrderPaid({ orderId, amount: 1 })))
         const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
-        yield* Deferred.await(started)
+        yield* Deferred.await(started).pipe(
+          Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the first handler never started") })
+        )
         // The batch [1, 2] runs and [3, 4] is already claimed.
         const leased = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE delivered_at IS NOT NULL`
         expect(leased[0]!.n).toBe(4)
+        const rivalStarted = Date.now()
         const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
           Effect.timeout(Duration.millis(lease * 3)),
           Effect.option
         )
         expect(rival._tag).toBe("None")
-        expect(yield* slow.await.pipe(Effect.flatten)).toMatchObject({ handled: 4, retried: 0, failed: 0 })
+        // the rival stopped promptly once its time was up
+        expect(Date.now() - rivalStarted).toBeLessThan(lease * 3 + 10_000)
+        expect(
+          yield* slow.await.pipe(
+            Effect.flatten,
+            Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the worker did not finish") })
+          )
+        ).toMatchObject({ handled: 4, retried: 0, failed: 0 })
         expect(handled).toEqual([1, 2, 3, 4])
         expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
       }).pipe(Effect.provide(stack))

@@ -205,12 +205,9 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           let due: number | undefined
           for (const row of rows.values()) {
             if (row.queueName !== name) continue
-            const at = row.availableAt > now
-              ? row.availableAt
-              : row.deliveredAt !== null
-              ? row.deliveredAt + leaseMs
-              : undefined
-            if (at !== undefined && (due === undefined || at < due)) due = at
+            // Unclaimed: its availability (past: due now); claimed: its lease's end.
+            const at = row.deliveredAt === null ? row.availableAt : row.deliveredAt + leaseMs
+            if (due === undefined || at < due) due = at
           }
           return due === undefined ? Option.none() : Option.some(Math.max(0, due - now))
         }),

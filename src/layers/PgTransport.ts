@@ -392,10 +392,11 @@ export const make = (
     const nextDue: TransportShape["nextDue"] = (name) =>
       Effect.gen(function*() {
         const transport = yield* lookup(name)
-        // Only the delayed rows' first entry and the few in-flight rows are read: both through the claim index.
+        // The first unclaimed row — delayed, or already due (it became due after the claim that found nothing:
+        // then the answer is "now") — and the earliest lease of the few in-flight rows; both through the claim index.
         const [row] = yield* sql<{ ms: number | null }>`
           SELECT (extract(epoch FROM least(
-            (SELECT available_at FROM ${t} WHERE queue_name = ${transport.queueName} AND available_at > now()
+            (SELECT available_at FROM ${t} WHERE queue_name = ${transport.queueName} AND delivered_at IS NULL
               ORDER BY available_at LIMIT 1),
             (SELECT min(delivered_at) FROM ${t} WHERE queue_name = ${transport.queueName} AND available_at <= now()
               AND delivered_at IS NOT NULL) + ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond'

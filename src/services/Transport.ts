@@ -102,7 +102,8 @@ export interface TransportShape {
   ) => Effect.Effect<boolean, TransportError | UnknownTransportError>
   /**
    * Milliseconds until the next message of a transport becomes claimable — a delay or retry backoff running
-   * out, or another worker's lease expiring — or `None` when nothing is waiting. Computed on the store's clock.
+   * out, or another worker's lease expiring; 0 when one is claimable now (it became due after the last claim) —
+   * or `None` when nothing is waiting. Computed on the store's clock.
    */
   readonly nextDue: (transport: string) => Effect.Effect<Option.Option<number>, TransportError | UnknownTransportError>
   /**
