@@ -7,6 +7,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import { spawn } from "node:child_process"
 import * as readline from "node:readline"
 import * as Worker from "../src/programs/Worker.js"
@@ -144,6 +145,36 @@ describe("crash recovery", () => {
           )
         ).toMatchObject({ handled: 4, retried: 0, failed: 0 })
         expect(handled).toEqual([1, 2, 3, 4])
+        expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
+      }).pipe(Effect.provide(stack))
+    })), 60_000)
+
+  it.live("while a long batch runs, the messages it finished are acked (not at its end)", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("longbatch")
+      const blocking = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const stack = outboxStack({
+        table,
+        handlers: [Handlers.handler(OrderPaid, (paid) =>
+          paid.orderId === 10
+            ? Deferred.succeed(blocking, undefined).pipe(Effect.zipRight(Deferred.await(release)))
+            : Effect.void)]
+      })
+      yield* Effect.gen(function*() {
+        yield* (yield* Outbox.Outbox).dispatchAll(Array.from({ length: 10 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+        const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 10, stopWhenEmpty: true }))
+        yield* Deferred.await(blocking)
+        // The nine finished messages are deleted while the tenth still runs.
+        const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`.pipe(
+          Effect.map((rows) => rows[0]!.n),
+          Effect.repeat({ until: (n) => n === 1, schedule: Schedule.spaced("20 millis") }),
+          Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the finished messages were not acked") })
+        )
+        expect(left).toBe(1)
+        yield* Deferred.succeed(release, undefined)
+        expect(yield* worker.await.pipe(Effect.flatten)).toMatchObject({ handled: 10 })
         expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
       }).pipe(Effect.provide(stack))
     })), 60_000)

@@ -147,6 +147,7 @@ const maxCauseLength = 4000
 
 /** How often finished messages are acked while the rest of a batch runs. */
 const ackInterval = Duration.millis(25)
+const ackIntervalMs = Duration.toMillis(ackInterval)
 
 /**
  * Describes a handler failure for the headers: tag, message and (bounded) cause with stack.
@@ -418,7 +419,8 @@ export const run = (
     const registry = yield* Handlers
     const strategy = yield* RetryStrategy
     const startedAt = yield* Clock.currentTimeMillis
-    const ledger = makeLedger(options.transports)
+    // With one transport the next claim always follows the batch; with several it may be another transport's.
+    const ledger = makeLedger(options.transports, transport.ackAndClaim !== undefined && options.transports.length === 1)
     const state: RunState = {
       options,
       transport,
@@ -482,15 +484,24 @@ interface Ledger {
   urgent: boolean
   /** Resumes the writer while it waits out `ackInterval`. */
   interruptWait: (() => void) | undefined
+  /** The transport can ack with its next claim (`ackAndClaim`): the writer is only needed for long batches. */
+  readonly acksRideOnClaims: boolean
+  /** When the running batch started (`Date.now()`). */
+  batchStartedAt: number
+  /** The writer was signalled and has not gone back to waiting. */
+  writerAwake: boolean
 }
 
-const makeLedger = (names: ReadonlyArray<string>): Ledger => ({
+const makeLedger = (names: ReadonlyArray<string>, acksRideOnClaims: boolean): Ledger => ({
   held: new Map(names.map((name) => [name, new Set<string>()])),
   acks: new Map(names.map((name) => [name, []])),
   since: new Map(),
   pending: Effect.runSync(Queue.sliding<void>(1)),
   urgent: false,
-  interruptWait: undefined
+  interruptWait: undefined,
+  acksRideOnClaims,
+  batchStartedAt: 0,
+  writerAwake: false
 })
 
 /** Asks the writer to write every queued ack now (a batch ended and no claim will carry its acks). */
@@ -540,10 +551,18 @@ const pushAck = (ledger: Ledger, name: string, id: string): void => {
     ledger.acks.set(name, acks)
   }
   acks.push(id)
-  if (acks.length === 1) {
-    ledger.since.set(name, Date.now())
-    ledger.pending.unsafeOffer(undefined)
-  }
+  const now = Date.now()
+  if (acks.length === 1) ledger.since.set(name, now)
+  // A batch's acks normally ride on the next claim; the writer is woken only when it cannot (no
+  // `ackAndClaim`), or when the batch has run long enough that finished messages should not wait for its end.
+  if (!ledger.acksRideOnClaims || now - ledger.batchStartedAt >= ackIntervalMs) wakeWriter(ledger)
+}
+
+/** Wakes the ack writer (at most one signal until it goes back to waiting). */
+const wakeWriter = (ledger: Ledger): void => {
+  if (ledger.writerAwake) return
+  ledger.writerAwake = true
+  ledger.pending.unsafeOffer(undefined)
 }
 
 /** Takes the queued acks of a transport (to write them, or to send them along with a claim). */
@@ -588,6 +607,7 @@ const ackWriter = (ledger: Ledger, transport: TransportShape) =>
   Effect.gen(function*() {
     const intervalMs = Duration.toMillis(ackInterval)
     while (true) {
+      ledger.writerAwake = false
       yield* Queue.take(ledger.pending)
       while (Array.from(ledger.acks.values()).some((acks) => acks.length > 0)) {
         const oldest = Math.min(
@@ -945,10 +965,14 @@ const processBatch = (
     return yield* Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
         onStart()
+        ledger.batchStartedAt = Date.now()
+        // A batch still running after `ackInterval`: its finished messages are acked by the writer, not at its end.
+        const longBatch = ledger.acksRideOnClaims ? setTimeout(() => wakeWriter(ledger), ackIntervalMs) : undefined
         const work = yield* Effect.forkDaemon(
           Effect.interruptible(registry.provide(Effect.forEach(batch, one, { concurrency, discard: true })))
         )
         const joined = yield* Effect.exit(restore(Fiber.join(work)))
+        clearTimeout(longBatch)
         if (Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)) {
           yield* settle
           return yield* joined
