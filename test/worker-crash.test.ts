@@ -164,16 +164,18 @@ describe("crash recovery", () => {
       })
       yield* Effect.gen(function*() {
         yield* (yield* Outbox.Outbox).dispatchAll(Array.from({ length: 10 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
-        const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 10, stopWhenEmpty: true }))
+        const worker = yield* Effect.fork(
+          Worker.run({ transports: ["outbox"], batchSize: 10, stopWhenEmpty: true, shutdownTimeout: "1 second" })
+        )
         yield* Deferred.await(blocking)
         // The nine finished messages are deleted while the tenth still runs.
         const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`.pipe(
           Effect.map((rows) => rows[0]!.n),
-          Effect.repeat({ until: (n) => n === 1, schedule: Schedule.spaced("20 millis") }),
-          Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error("the finished messages were not acked") })
+          Effect.filterOrFail((n) => n === 1, (n) => new Error(`${n} messages left`)),
+          Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
+          Effect.ensuring(Deferred.succeed(release, undefined))
         )
         expect(left).toBe(1)
-        yield* Deferred.succeed(release, undefined)
         expect(yield* worker.await.pipe(Effect.flatten)).toMatchObject({ handled: 10 })
         expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
       }).pipe(Effect.provide(stack))
