@@ -87,12 +87,28 @@ export const freshDatabase = async (
   url.pathname = `/${name}`
   return {
     url: url.toString(),
-    drop: () =>
-      withClient(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)).then(
-        () => undefined,
-        () => undefined
-      )
+    drop: () => dropDatabase(adminUrl, name)
   }
+}
+
+/**
+ * Drops a contender's database once its connections are gone. A library's pool may still be closing its idle
+ * clients after the library stopped, and may no longer listen for their errors (graphile-worker removes its pool
+ * error handler on release): terminating them (`WITH (FORCE)`) would crash the benchmark with an unhandled
+ * `error` event. So the plain `DROP` is retried for up to 5 s before forcing it.
+ */
+const dropDatabase = async (adminUrl: string, name: string): Promise<void> => {
+  const deadline = performance.now() + 5_000
+  while (performance.now() < deadline) {
+    try {
+      await withClient(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}"`))
+      return
+    } catch (error) {
+      if ((error as { code?: string }).code !== "55006") break // not "being accessed by other users"
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  }
+  await withClient(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)).catch(() => undefined)
 }
 
 /**
