@@ -85,6 +85,22 @@ describe("PostgreSQL setup", () => {
       expect(first).toBeUndefined()
     })))
 
+  it.live("works in another schema: table, claim function and claims", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const schema = uniqueTable("schema")
+      yield* sql`CREATE SCHEMA ${sql(schema)}`
+      const table = `${schema}.messages`
+      const transport = yield* PgTransport.make({ table })
+      yield* transport.setup
+      yield* transport.send("outbox", [message(), message()])
+      const [first] = yield* transport.claim("outbox", 1)
+      const [second] = yield* transport.ackAndClaim!("outbox", [first!.id], 1)
+      expect(second!.id).not.toBe(first!.id)
+      const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`
+      expect(left[0]!.n).toBe(1)
+    })))
+
   it.live("adopts a table created by Symfony's Doctrine transport", () =>
     withPg(Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient

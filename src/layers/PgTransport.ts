@@ -185,7 +185,7 @@ export const migrations = (table: string) => {
     // flush (see `claimFunction`).
     "3_claim_function": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-      yield* sql.unsafe(claimFunctionSql(table))
+      yield* claimFunctionSql(sql, table)
     })
   })
 }
@@ -198,8 +198,6 @@ export const migrations = (table: string) => {
  */
 export const claimFunction = (table: string): string => `${table}_claim`
 
-const quoteIdentifier = (name: string) => name.split(".").map((part) => `"${part}"`).join(".")
-
 /**
  * The claim function of a table (identifiers are validated before they get here): deletes `acked`, then
  * locks the next `batch_size` ready rows of `queue` (skipping rows other claimers hold), leases them and
@@ -208,9 +206,9 @@ const quoteIdentifier = (name: string) => name.split(".").map((part) => `"${part
  * acks — the messages come back and are delivered again — but never lose or invent a message. The worker
  * asks for it only when the claim is its own transaction, never inside a caller's.
  */
-const claimFunctionSql = (table: string) => {
-  const t = quoteIdentifier(table)
-  return `CREATE OR REPLACE FUNCTION ${quoteIdentifier(claimFunction(table))}(
+const claimFunctionSql = (sql: SqlClient.SqlClient, table: string) => {
+  const t = sql(table)
+  return sql`CREATE OR REPLACE FUNCTION ${sql(claimFunction(table))}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
 ) RETURNS TABLE (
   id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int

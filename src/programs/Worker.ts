@@ -577,6 +577,17 @@ const settled = (ledger: Ledger, name: string, ids: ReadonlyArray<string>): void
   for (const id of ids) held.delete(id)
 }
 
+/**
+ * Gives claimed messages that no handler started back at once (their claim does not count as a delivery);
+ * a storage failure leaves them to their lease.
+ */
+const giveBack = (ledger: Ledger, transport: TransportShape, name: string, ids: ReadonlyArray<string>) =>
+  ids.length === 0 ? Effect.void : transport.release(name, ids).pipe(
+    Effect.retry(storageRetry),
+    Effect.tap(() => settled(ledger, name, ids)),
+    Effect.catchAll(() => Effect.void)
+  )
+
 /** Acks not written (their statement failed): queued again, so the writer retries them. */
 const requeueAcks = (ledger: Ledger, name: string, ids: ReadonlyArray<string>): void => {
   for (const id of ids) pushAck(ledger, name, id)
@@ -589,7 +600,7 @@ const requeueAcks = (ledger: Ledger, name: string, ids: ReadonlyArray<string>): 
  */
 const flushAcks = (ledger: Ledger, transport: TransportShape, dueOnly = false) =>
   Effect.forEach(Array.from(ledger.acks.keys()), (name) => {
-    if (dueOnly && Date.now() - (ledger.since.get(name) ?? 0) < Duration.toMillis(ackInterval)) return Effect.void
+    if (dueOnly && Date.now() - (ledger.since.get(name) ?? 0) < ackIntervalMs) return Effect.void
     const ids = takeAcks(ledger, name)
     if (ids.length === 0) return Effect.void
     return transport.ack(name, ids).pipe(
@@ -605,7 +616,6 @@ const flushAcks = (ledger: Ledger, transport: TransportShape, dueOnly = false) =
  */
 const ackWriter = (ledger: Ledger, transport: TransportShape) =>
   Effect.gen(function*() {
-    const intervalMs = Duration.toMillis(ackInterval)
     while (true) {
       ledger.writerAwake = false
       yield* Queue.take(ledger.pending)
@@ -613,7 +623,7 @@ const ackWriter = (ledger: Ledger, transport: TransportShape) =>
         const oldest = Math.min(
           ...Array.from(ledger.acks).flatMap(([name, acks]) => acks.length > 0 ? [ledger.since.get(name) ?? 0] : [])
         )
-        const wait = oldest + intervalMs - Date.now()
+        const wait = oldest + ackIntervalMs - Date.now()
         const urgent = wait > 0 ? yield* waitOrUrgent(ledger, wait) : ledger.urgent
         ledger.urgent = false
         yield* flushAcks(ledger, transport, !urgent).pipe(
@@ -727,18 +737,9 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
       if (fiber === undefined) return Effect.void
       prefetched.delete(name)
       return Fiber.await(fiber).pipe(
-        Effect.flatMap((exit) => {
-          if (Exit.isFailure(exit) || exit.value.length === 0) return Effect.void
-          const ids = exit.value.map((row) => row.id)
-          return transport.release(name, ids).pipe(
-            Effect.retry(storageRetry),
-            Effect.tap(() => {
-              const held = heldOf(ledger, name)
-              for (const id of ids) held.delete(id)
-            }),
-            Effect.catchAll(() => Effect.void)
-          )
-        })
+        Effect.flatMap((exit) =>
+          Exit.isFailure(exit) ? Effect.void : giveBack(ledger, transport, name, exit.value.map((row) => row.id))
+        )
       )
     })
   let inHand: { readonly name: string; readonly rows: ReadonlyArray<ReceivedMessage> } | undefined
@@ -746,12 +747,7 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
     if (inHand === undefined) return Effect.void
     const { name, rows } = inHand
     inHand = undefined
-    const ids = rows.map((row) => row.id)
-    return transport.release(name, ids).pipe(
-      Effect.retry(storageRetry),
-      Effect.tap(() => settled(ledger, name, ids)),
-      Effect.catchAll(() => Effect.void)
-    )
+    return giveBack(ledger, transport, name, rows.map((row) => row.id))
   })
   const releaseAll = Effect.suspend(() =>
     Effect.zipRight(releaseInHand, Effect.forEach(Array.from(prefetched.keys()), releaseAhead, { discard: true }))
@@ -942,19 +938,10 @@ const processBatch = (
     // The acks of the batch ride on the next claim, or the background writer writes them (now, when the
     // backend cannot ack with a claim); the messages claimed but not started (a limit, shutdown, a failure
     // mid-batch) go back at once.
-    const settle = Effect.gen(function*() {
-      if (transport.ackAndClaim === undefined) flushNow(ledger)
+    const settle = Effect.suspend(() => {
+      if (!ledger.acksRideOnClaims) flushNow(ledger)
       for (const id of running) unstarted.add(id)
-      if (unstarted.size > 0) {
-        const ids = Array.from(unstarted)
-        yield* transport.release(name, ids).pipe(
-          Effect.retry(storageRetry),
-          Effect.tap(() => {
-            for (const id of ids) held.delete(id)
-          }),
-          Effect.catchAll(() => Effect.void)
-        )
-      }
+      return giveBack(ledger, transport, name, Array.from(unstarted))
     })
 
     // The batch runs in one daemon fiber, so that interrupting the worker (SIGTERM) does not take the

@@ -221,16 +221,6 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       byType.set(tag, list)
     }
     const selected = new Map<string, ReadonlyArray<RegisteredHandler>>()
-    // The worker provides once per batch, always from the same context: the merged context is kept.
-    let outerSeen: Context.Context<never> | undefined
-    let merged: Context.Context<never> | undefined
-    const withHandlerServices = (outer: Context.Context<never>): Context.Context<never> => {
-      if (outer !== outerSeen || merged === undefined) {
-        outerSeen = outer
-        merged = Context.merge(outer, context as Context.Context<never>)
-      }
-      return merged
-    }
     return {
       messageClass: (type) => classes.get(type),
       handlersFor: (type, transport) => {
@@ -244,10 +234,7 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       },
       types: Array.from(classes.keys()),
       provide: <A, E, R>(self: Effect.Effect<A, E, R>) =>
-        Effect.mapInputContext(
-          self,
-          (outer: Context.Context<R>) => withHandlerServices(outer as Context.Context<never>) as Context.Context<R>
-        )
+        Effect.mapInputContext(self, (outer: Context.Context<R>) => Context.merge(outer, context as Context.Context<never>))
     }
   })
 
