@@ -2,6 +2,8 @@
  * What every contender shares: the message, the measurement shapes and small timing helpers.
  */
 import * as Schema from "effect/Schema"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 
 /** The benchmark's message: one integer, a no-op handler. */
 export class BenchNoop extends Schema.TaggedClass<BenchNoop>()("BenchNoop", { n: Schema.Int }) {}
@@ -128,3 +130,10 @@ export const withDeadline = <A>(promise: Promise<A>, ms: number, label: string):
     })
   ]).finally(() => clearTimeout(timer))
 }
+
+/** The repository root. */
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
+
+/** The arguments that make a child node process run TypeScript the way this one does (tsx). */
+export const tsNodeArgs = (): Array<string> =>
+  process.execArgv.some((a) => a.includes("tsx")) ? [...process.execArgv] : ["--import", "tsx"]

@@ -1,8 +1,10 @@
 /**
  * The latency scenario: an idle queue, a worker already running and idle, and a producer that commits
- * one message at a time. Measured from COMMIT returning in the producer (`performance.now()`) to the
- * handler starting (`performance.now()`, same process). Also, for ours, delayed messages: from their
- * `available_at` to the handler start, both on the database clock.
+ * one message at a time. Measured from COMMIT returning in the producer to the handler starting, on the
+ * machine's monotonic clock (`monotonicMs`). The producer runs in a process of its own (as an application
+ * and its worker do in production: the worker process then only runs the worker), or in the worker's own
+ * process (then the worker shares its CPU with the producer's). Also, for ours, delayed messages: from
+ * their `available_at` to the handler start, both on the database clock.
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -15,14 +17,17 @@ import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Redacted from "effect/Redacted"
 import { Logger as GraphileLogger, run } from "graphile-worker"
+import { fork } from "node:child_process"
+import * as path from "node:path"
 import pg from "pg"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as Worker from "../src/programs/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
-import { BenchNoop, peerQueue, queue, sleep, table, withDeadline } from "./common.js"
+import { BenchNoop, peerQueue, queue, root, sleep, table, tsNodeArgs, withDeadline } from "./common.js"
 import * as Graphile from "./graphile.js"
+import { monotonicMs } from "./latency-clock.js"
 import * as Ours from "./ours.js"
 
 const quiet = <A, E, R>(self: Effect.Effect<A, E, R>) => Logger.withMinimumLogLevel(self, LogLevel.Error)
@@ -37,12 +42,12 @@ export interface LatencyOptions {
 }
 
 /** Handler starts by message number, with a promise per awaited number. */
-const starts = () => {
+export const starts = () => {
   const waiting = new Map<number, (t: number) => void>()
   return {
     /** Called by the handler. */
     started: (n: number) => {
-      const t = performance.now()
+      const t = monotonicMs()
       const resolve = waiting.get(n)
       if (resolve !== undefined) {
         waiting.delete(n)
@@ -59,7 +64,7 @@ const starts = () => {
  * Sends `messages` one at a time: register, commit (returns the client-side commit time), wait for the
  * handler start, pause `gapMs`. Returns the latencies in ms after the warm-up.
  */
-const produce = async (
+export const produce = async (
   options: LatencyOptions,
   waiter: ReturnType<typeof starts>,
   commit: (n: number) => Promise<number>
@@ -76,7 +81,7 @@ const produce = async (
 }
 
 /** Our stack with a handler that receives the message and its envelope. */
-const ourLayer = (
+export const ourLayer = (
   url: string,
   onHandle: (n: number, transportId: string) => Effect.Effect<void>,
   transport: PgTransport.Options = { table }
@@ -118,17 +123,56 @@ const dispatchOne = (n: number, delayMs?: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     yield* sql.withTransaction(Outbox.dispatch(new BenchNoop({ n }), delayMs === undefined ? undefined : { delay: Duration.millis(delayMs) }))
-    return performance.now()
+    return monotonicMs()
   })
 
+/** Where the producer runs: a process of its own, or the worker's process. */
+export type Placement = "own-process" | "worker-process"
+
+/** A producer child process (bench/latency-producer.ts): `commit(n)` resolves with the time COMMIT returned there. */
+const remoteProducer = async (kind: "ours" | "graphile", url: string) => {
+  const child = fork(path.join(root, "bench", "latency-producer.ts"), [kind, url], {
+    cwd: root,
+    execArgv: tsNodeArgs(),
+    stdio: ["ignore", "inherit", "inherit", "ipc"]
+  })
+  const waiting = new Map<number, { resolve: (at: number) => void; reject: (e: Error) => void }>()
+  let ready: () => void = () => {}
+  const readyPromise = new Promise<void>((resolve) => (ready = resolve))
+  child.on("message", (m: { ready?: boolean; n?: number; at?: number; error?: string }) => {
+    if (m.ready) return ready()
+    const w = waiting.get(m.n!)
+    waiting.delete(m.n!)
+    if (m.error !== undefined) w?.reject(new Error(`producer: ${m.error}`))
+    else w?.resolve(m.at!)
+  })
+  await withDeadline(readyPromise, 60_000, `the ${kind} producer process`)
+  return {
+    commit: (n: number) => new Promise<number>((resolve, reject) => {
+      waiting.set(n, { resolve, reject })
+      child.send({ n })
+    }),
+    close: async () => {
+      const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+      child.disconnect()
+      await withDeadline(exited, 10_000, "the producer's exit").catch(() => child.kill("SIGKILL"))
+    }
+  }
+}
+
 /** Ours: `Worker.run({ transports: ["outbox"] })` with its defaults (sleep 1 s; woken by LISTEN/NOTIFY). */
-export const ours = async (url: string, options: LatencyOptions): Promise<Array<number>> => {
+export const ours = async (url: string, options: LatencyOptions, placement: Placement): Promise<Array<number>> => {
   await Ours.setup(url)
   const waiter = starts()
-  return withWorker(ourLayer(url, (n) => Effect.sync(() => waiter.started(n))), { transports: [queue] }, async (runtime) => {
-    await sleep(300) // the worker has claimed nothing and waits
-    return produce(options, waiter, (n) => runtime.runPromise(quiet(dispatchOne(n))))
-  })
+  const remote = placement === "own-process" ? await remoteProducer("ours", url) : undefined
+  try {
+    return await withWorker(ourLayer(url, (n) => Effect.sync(() => waiter.started(n))), { transports: [queue] }, async (runtime) => {
+      await sleep(300) // the worker has claimed nothing and waits
+      return produce(options, waiter, remote?.commit ?? ((n) => runtime.runPromise(quiet(dispatchOne(n)))))
+    })
+  } finally {
+    await remote?.close()
+  }
 }
 
 /**
@@ -168,10 +212,18 @@ const graphileLogger = new GraphileLogger(() => (level, message) => {
   if (level === "error") console.error(`graphile-worker: ${message}`)
 })
 
-/** graphile-worker with its default settings (LISTEN/NOTIFY on `add_job`, 2 s poll interval). */
-export const graphile = async (url: string, options: LatencyOptions): Promise<Array<number>> => {
+/** graphile-worker's enqueue from an Effect application: its `add_job` SQL function on the caller's connection. */
+export const graphileAddJob = (sql: SqlClient.SqlClient, n: number) =>
+  sql`SELECT graphile_worker.add_job(${peerQueue}, json_build_object('n', ${n}::int))`
+
+/**
+ * graphile-worker with its default settings (LISTEN/NOTIFY on `add_job`, 2 s poll interval); the producer is
+ * the same Effect application as ours, enqueueing with `add_job` inside `sql.withTransaction`.
+ */
+export const graphile = async (url: string, options: LatencyOptions, placement: Placement): Promise<Array<number>> => {
   await Graphile.setup(url)
   const waiter = starts()
+  const remote = placement === "own-process" ? await remoteProducer("graphile", url) : undefined
   const runner = await run({
     connectionString: url,
     logger: graphileLogger,
@@ -182,20 +234,16 @@ export const graphile = async (url: string, options: LatencyOptions): Promise<Ar
       }
     }
   })
-  const client = new pg.Client({ connectionString: url })
-  client.on("error", () => {})
-  await client.connect()
+  const app = remote === undefined ? ManagedRuntime.make(PgClient.layer({ url: Redacted.make(url), maxConnections: 4 })) : undefined
   try {
+    const sql = app === undefined ? undefined : await app.runPromise(SqlClient.SqlClient)
     await sleep(300)
-    return await produce(options, waiter, async (n) => {
-      await client.query("BEGIN")
-      await client.query("SELECT graphile_worker.add_job($1, json_build_object('n', $2::int))", [peerQueue, n])
-      await client.query("COMMIT")
-      return performance.now()
-    })
+    return await produce(options, waiter, remote?.commit ?? ((n) =>
+      app!.runPromise(sql!.withTransaction(graphileAddJob(sql!, n)).pipe(Effect.map(() => monotonicMs())))))
   } finally {
-    await client.end().catch(() => undefined)
+    await app?.dispose()
     await runner.stop()
+    await remote?.close()
   }
 }
 

@@ -12,10 +12,9 @@ import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 import { burnDownSvg } from "./chart.js"
 import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
-import { type BurnDownContender, businessTableSql, type DispatchContender, withDeadline } from "./common.js"
+import { type BurnDownContender, businessTableSql, type DispatchContender, root, tsNodeArgs, withDeadline } from "./common.js"
 import * as Graphile from "./graphile.js"
 import * as Latency from "./latency.js"
 import * as Ours from "./ours.js"
@@ -24,7 +23,6 @@ import * as Raw from "./raw.js"
 import * as Recovery from "./recovery.js"
 import { mb, rate, ratio, signedMb, type Summary, summarize, table } from "./stats.js"
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
 // ---------------------------------------------------------------------------------------------------
@@ -52,6 +50,7 @@ interface Options {
   readonly latencyMessages: number
   readonly latencyWarmup: number
   readonly latencyGapMs: number
+  readonly latencyRounds: number
   readonly delayedMessages: number
   readonly delayMs: number
   readonly recoveryRounds: number
@@ -65,8 +64,9 @@ const usage = `npm run bench -- [options]
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
   --scenarios LIST        burn-down,dispatch,memory,latency,recovery (default: all)
-  --only IDS              contenders to run, by id (e.g. ours-500,raw; latency: ours, graphile-default
-                          or latency-ours, latency-graphile-default; recovery: ours or recovery-ours)
+  --only IDS              contenders to run, by id (e.g. ours-500,raw; latency: ours, graphile-default,
+                          ours-own-process, graphile-default-own-process (the producer in a process of its
+                          own), or with a latency- prefix; recovery: ours or recovery-ours)
   --rounds N              rounds per figure (default 3; quick 1)
   --messages N            burn-down messages (default 50000; quick 500)
   --cap S                 time cap of one burn-down round in seconds (default 10)
@@ -80,6 +80,7 @@ const usage = `npm run bench -- [options]
   --latency-messages N    latency: messages sent one at a time, warm-up included (default 1000; quick 60)
   --latency-warmup N      latency: first messages not measured (default 50; quick 10)
   --latency-gap MS        latency: pause after a message was handled before the next (default 10)
+  --latency-rounds N      latency: rounds, contenders interleaved, percentiles over all samples (default 3; quick 1)
   --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
   --delay MS              latency: their delay (default 300)
   --recovery-rounds N     recovery rounds (default 3; quick 1)
@@ -107,7 +108,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
   const known = [
     "scenarios", "only", "rounds", "messages", "cap", "batch-size", "producers", "dispatch-seconds",
     "memory-first", "memory-total", "memory-rounds", "pgboss-workers", "latency-messages", "latency-warmup",
-    "latency-gap", "delayed-messages", "delay", "recovery-rounds", "lease"
+    "latency-gap", "latency-rounds", "delayed-messages", "delay", "recovery-rounds", "lease"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -146,6 +147,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     latencyMessages,
     latencyWarmup: Math.min(Math.floor(num("latency-warmup", 50, 10)), latencyMessages - 1),
     latencyGapMs: num("latency-gap", 10, 10),
+    latencyRounds: Math.max(1, Math.floor(num("latency-rounds", 3, 1))),
     delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
     delayMs: num("delay", 300, 300),
     recoveryRounds: Math.floor(num("recovery-rounds", 3, 1)),
@@ -193,6 +195,8 @@ interface MemoryResult {
 interface LatencyResult {
   readonly id: string
   readonly label: string
+  /** Where the producer ran: its own process, or the worker's. */
+  readonly producer: string
   readonly settings: string
   /** Commit → handler start, ms, after the warm-up. */
   readonly ms: Latency.Percentiles
@@ -327,9 +331,6 @@ const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<Dispatch
   })
 }
 
-/** The arguments that make a child node process run TypeScript the way this one does (tsx). */
-const tsNodeArgs = (): Array<string> =>
-  process.execArgv.some((a) => a.includes("tsx")) ? [...process.execArgv] : ["--import", "tsx"]
 
 interface Sample {
   readonly handled: number
@@ -420,20 +421,21 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
   return results
 }
 
-const latencyContenders = (o: Options) => [
-  {
-    id: "ours",
-    label: "effect-outbox",
-    settings: "`Worker.run({ transports: [\"outbox\"] })`: defaults (batchSize 50, sleep 1 s), LISTEN/NOTIFY wake-up",
-    run: (url: string) => Latency.ours(url, { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs })
-  },
-  {
-    id: "graphile-default",
-    label: "graphile-worker, defaults",
-    settings: "no options (LISTEN/NOTIFY on `add_job`, pollInterval 2 s)",
-    run: (url: string) => Latency.graphile(url, { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs })
-  }
-]
+const latencyContenders = (o: Options) => {
+  const options = { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs }
+  const ours = "`Worker.run({ transports: [\"outbox\"] })`: defaults (batchSize 50, sleep 1 s), LISTEN/NOTIFY wake-up"
+  const graphile = "no options (LISTEN/NOTIFY on `add_job`, pollInterval 2 s)"
+  return [
+    { id: "ours", label: "effect-outbox", producer: "worker's process", settings: ours,
+      run: (url: string) => Latency.ours(url, options, "worker-process") },
+    { id: "graphile-default", label: "graphile-worker, defaults", producer: "worker's process", settings: graphile,
+      run: (url: string) => Latency.graphile(url, options, "worker-process") },
+    { id: "ours-own-process", label: "effect-outbox", producer: "own process", settings: ours,
+      run: (url: string) => Latency.ours(url, options, "own-process") },
+    { id: "graphile-default-own-process", label: "graphile-worker, defaults", producer: "own process", settings: graphile,
+      run: (url: string) => Latency.graphile(url, options, "own-process") }
+  ]
+}
 
 const selected = (o: Options, scenario: string, id: string) =>
   o.only === undefined || o.only.has(id) || o.only.has(`${scenario}-${id}`)
@@ -445,18 +447,29 @@ const runLatency = async (
   o: Options
 ): Promise<{ readonly latency: Array<LatencyResult>; readonly delayed: DelayedResult | undefined }> => {
   const contenders = latencyContenders(o).filter((c) => selected(o, "latency", c.id))
-  const latency: Array<LatencyResult> = []
-  for (const c of contenders) {
-    const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
-    try {
-      const values = await withDeadline(c.run(db.url), o.latencyMessages * 200 + 60_000, `latency of ${c.id}`)
-      const p = Latency.percentiles(values)
-      log(`latency  ${c.id.padEnd(16)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
-      latency.push({ id: c.id, label: c.label, settings: c.settings, ms: p })
-    } finally {
-      await db.drop()
+  // Rounds interleave the contenders (a slow minute of the machine hits all of them); percentiles are taken
+  // over the samples of all rounds.
+  const samples = new Map<string, Array<number>>(contenders.map((c) => [c.id, []]))
+  for (let round = 0; round < o.latencyRounds; round++) {
+    for (const c of contenders) {
+      const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
+      try {
+        const values = await withDeadline(c.run(db.url), o.latencyMessages * 200 + 60_000, `latency of ${c.id}`)
+        samples.get(c.id)!.push(...values)
+        const p = Latency.percentiles(values)
+        log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(24)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
+      } finally {
+        await db.drop()
+      }
     }
   }
+  const latency: Array<LatencyResult> = contenders.map((c) => ({
+    id: c.id,
+    label: c.label,
+    producer: c.producer,
+    settings: c.settings,
+    ms: Latency.percentiles(samples.get(c.id)!)
+  }))
   let delayed: DelayedResult | undefined
   if (selected(o, "latency", "ours")) {
     const db = await freshDatabase(cluster.adminUrl, "ours_delayed")
@@ -574,21 +587,25 @@ const curveTable = (r: MemoryResult): string =>
   )
 
 const latencyTable = (results: ReadonlyArray<LatencyResult>): string => {
-  const ours = results.find((r) => r.id === "ours")
+  const oursWith = (producer: string) => results.find((r) => r.label === "effect-outbox" && r.producer === producer)
   return table(
-    ["contender", "settings", "messages", "p50", "p95", "p99", "max", "ours ÷ this (p50)", "ours ÷ this (p99)"],
-    results.map((r) => [
-      r.label,
-      r.settings,
-      count(r.ms.count),
-      ms(r.ms.p50),
-      ms(r.ms.p95),
-      ms(r.ms.p99),
-      ms(r.ms.max),
-      ours === undefined || r === ours ? "" : ratio(ours.ms.p50 / r.ms.p50),
-      ours === undefined || r === ours ? "" : ratio(ours.ms.p99 / r.ms.p99)
-    ]),
-    ["l", "l", "r", "r", "r", "r", "r", "r", "r"]
+    ["contender", "producer", "settings", "messages", "p50", "p95", "p99", "max", "ours ÷ this (p50)", "ours ÷ this (p99)"],
+    results.map((r) => {
+      const ours = oursWith(r.producer)
+      return [
+        r.label,
+        r.producer,
+        r.settings,
+        count(r.ms.count),
+        ms(r.ms.p50),
+        ms(r.ms.p95),
+        ms(r.ms.p99),
+        ms(r.ms.max),
+        ours === undefined || r === ours ? "" : ratio(ours.ms.p50 / r.ms.p50),
+        ours === undefined || r === ours ? "" : ratio(ours.ms.p99 / r.ms.p99)
+      ]
+    }),
+    ["l", "l", "l", "r", "r", "r", "r", "r", "r", "r"]
   )
 }
 
@@ -798,7 +815,12 @@ const main = async () => {
       sections.push(
         `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyMessages.toLocaleString("en-US")} messages ` +
           `committed one at a time, each in its own transaction, the next ${o.latencyGapMs} ms after the previous one was handled; ` +
-          `time from COMMIT returning in the producer to the handler start (same process), the first ${o.latencyWarmup} not counted.\n\n` +
+          `time from COMMIT returning in the producer to the handler start, on the machine's monotonic clock, the first ` +
+          `${o.latencyWarmup} not counted; ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved, ` +
+          `percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
+          `committed with \`@effect/sql\`'s \`sql.withTransaction\`, enqueued with \`Outbox.dispatch\` for ours and with ` +
+          `graphile-worker's \`add_job\` SQL function on the transaction's connection for graphile (its transactional way). ` +
+          `It runs in the worker's process (the targets are checked there), and again in a process of its own.\n\n` +
           (latency !== undefined && latency.length > 0 ? latencyTable(latency) : "") +
           (delayed !== undefined
             ? `\n\nDelayed messages (ours): dispatched with \`{ delay: "${delayed.delayMs} millis" }\`, one at a time; ` +

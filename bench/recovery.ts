@@ -6,7 +6,6 @@
  */
 import { spawn } from "node:child_process"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -15,15 +14,11 @@ import * as Redacted from "effect/Redacted"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as Handlers from "../src/services/Handlers.js"
-import { BenchNoop, queue, sleep, table, withDeadline } from "./common.js"
+import { BenchNoop, queue, root, sleep, table, tsNodeArgs, withDeadline } from "./common.js"
 import { withWorker } from "./latency.js"
 import * as Ours from "./ours.js"
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 
-/** The arguments that make a child node process run TypeScript the way this one does (tsx). */
-const tsNodeArgs = (): Array<string> =>
-  process.execArgv.some((a) => a.includes("tsx")) ? [...process.execArgv] : ["--import", "tsx"]
 
 export interface RecoveryOptions {
   /** The lease (`redeliverTimeout`) of both workers, in ms. */

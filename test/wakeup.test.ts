@@ -9,7 +9,10 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
 import * as Schedule from "effect/Schedule"
+import * as PgTransport from "../src/layers/PgTransport.js"
 import * as Worker from "../src/programs/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
@@ -152,4 +155,87 @@ describe("delayed messages and leases on time", () => {
         expect(row!.n).toBe(0)
       }).pipe(Effect.provide(stack))
     })), 60_000)
+})
+
+/** Backends of this database whose last statement was a worker's claim or next-due query. */
+const claimBackends = (table: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ pid: number }>`SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid()
+        AND (query LIKE ${`%${table}_claim"(%`} OR (query LIKE '%least(%' AND query LIKE ${`%${table}%`}))`).pipe(
+      Effect.map((rows) => rows.map((r) => r.pid))
+    )
+
+describe("a worker's own claim connection", () => {
+  it.live("its claims run on one connection; killed, the next claim takes a fresh one and nothing fails", () => {
+    const problems: Array<string> = []
+    const recorder = Logger.make(({ logLevel, message }) => {
+      if (LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)) problems.push(`${logLevel.label}: ${String(message)}`)
+    })
+    return withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("own")
+      const handled = yield* Effect.makeSemaphore(0)
+      const stack = outboxStack({
+        table,
+        handlers: [Handlers.handler(OrderPaid, () => handled.release(1))]
+      })
+      yield* Effect.gen(function*() {
+        const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 4 }))
+        yield* awaitListener()
+        for (const orderId of [1, 2]) {
+          yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }))
+          yield* handled.take(1).pipe(Effect.timeout("5 seconds"))
+        }
+        const [first, ...others] = yield* claimBackends(table)
+        expect(others).toEqual([])
+        yield* sql`SELECT pg_terminate_backend(${first!})`
+        for (const orderId of [3, 4]) {
+          const committed = Date.now()
+          yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }))
+          yield* handled.take(1).pipe(Effect.timeout("5 seconds"))
+          expect(Date.now() - committed).toBeLessThan(1_000) // the notification path, not the 60 s poll
+        }
+        const after = yield* claimBackends(table)
+        expect(after.length).toBe(1)
+        expect(after[0]).not.toBe(first)
+        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 4, failed: 0, stoppedBy: "limit" })
+        expect(problems).toEqual([]) // the dead connection cost a retry, not a worker error
+      }).pipe(Effect.provide(stack))
+    })).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, recorder)))
+  }, 60_000)
+
+  it.live(`in a pool smaller than ${PgTransport.minPoolForOwnConnection} connections the claims take turns: a handler's transaction still gets one`, () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("small_pool")
+      const stack = outboxStack({
+        table,
+        handlers: [Handlers.handler(OrderPaid, (m) =>
+          sql.withTransaction(sql`SELECT ${m.orderId}::int`).pipe(Effect.orDie, Effect.asVoid))]
+      })
+      yield* Effect.gen(function*() {
+        for (const orderId of [1, 2, 3]) yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }))
+        const summary = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 3 }).pipe(
+          Effect.timeout("10 seconds")
+        )
+        expect(summary).toMatchObject({ handled: 3, failed: 0 })
+      }).pipe(Effect.provide(stack))
+    }).pipe(Effect.provide(Layer.orDie(pgLayer(url, 1)))), 60_000)
+
+  it.live("a stopped worker gives its connection back to the pool", () =>
+    Effect.gen(function*() {
+      const table = uniqueTable("give_back")
+      const stack = outboxStack({ table, handlers: [Handlers.handler(OrderPaid, () => Effect.void)] })
+      yield* Effect.gen(function*() {
+        // Six workers one after another in a pool of four: a connection kept by a stopped worker starves the fifth.
+        for (let orderId = 1; orderId <= 6; orderId++) {
+          yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }))
+          const summary = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
+            Effect.timeout("10 seconds")
+          )
+          expect(summary).toMatchObject({ handled: 1 })
+        }
+      }).pipe(Effect.provide(stack))
+    }).pipe(Effect.provide(Layer.orDie(pgLayer(url, PgTransport.minPoolForOwnConnection)))), 60_000)
 })

@@ -27,4 +27,4 @@ export type MessageId = typeof MessageId.Type
  * @since 0.1.0
  * @category constructors
  */
-export const make = (): MessageId => MessageId.make(uuidv7())
+export const make = (): MessageId => MessageId.make(uuidv7(), { disableValidation: true }) // uuid's v7 is valid by construction

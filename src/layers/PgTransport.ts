@@ -14,11 +14,13 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import * as Exit from "effect/Exit"
+import * as FiberRef from "effect/FiberRef"
 import type { OutgoingMessage, ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
 import * as Headers from "../domain/Headers.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
+import * as HeldConnection from "./internal/heldConnection.js"
 import { listen } from "./internal/pgListener.js"
 import { describeError } from "../internal/describeError.js"
 import { compareIds } from "../internal/compareIds.js"
@@ -73,6 +75,18 @@ export interface Options {
  * @category constants
  */
 export const defaultTable = "messenger_messages"
+
+/** `pg`'s pool size when `maxConnections` is not set. */
+const defaultPoolSize = 10
+
+/**
+ * The smallest pool (`PgClient` `maxConnections`) in which a running worker keeps a connection of its own for
+ * its claims; in a smaller one its claims take turns in the pool like every other statement.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const minPoolForOwnConnection = 4
 
 /**
  * The default failure transport name.
@@ -264,6 +278,18 @@ export const make = (
             SELECT count(*)::int AS n, pg_notify(${channel}, ${queue}) FROM changed HAVING count(*) > 0`
         : sql`${statement} RETURNING 1`
 
+    /**
+     * Runs a statement on the caller's transaction connection directly when there is one: the transaction
+     * already holds it, so the per-statement span, scope and checkout of `@effect/sql` buy nothing there
+     * (a dispatch inside `withTransaction` allocates about a third less). Outside a transaction, the pool.
+     */
+    const exec = <A extends object>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+      Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (tx) => {
+        if (tx._tag === "None") return statement
+        const [text, params] = statement.compile()
+        return tx.value[0].execute(text, params, undefined) as Effect.Effect<ReadonlyArray<A>, SqlError>
+      })
+
     const lookup = (name: string): Effect.Effect<ResolvedTransport, UnknownTransportError> => {
       const found = transports.get(name)
       return found !== undefined
@@ -298,15 +324,15 @@ export const make = (
         const transport = yield* lookup(name)
         if (messages.length === 1) {
           const m = messages[0]!
-          yield* notifying(
+          yield* exec(notifying(
             transport.queueName,
             sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
               VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${transport.queueName}, now(),
                       now() + ${m.delayMs}::float8 * interval '1 millisecond')`
-          ).pipe(wrap(name, "send"))
+          )).pipe(wrap(name, "send"))
           return
         }
-        yield* notifying(
+        yield* exec(notifying(
           transport.queueName,
           sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
             SELECT m, b, h, ${transport.queueName}, now(), now() + d * interval '1 millisecond'
@@ -314,7 +340,7 @@ export const make = (
                         ${column(messages, (m) => m.headers)}::text[], ${column(messages, (m) => m.delayMs)}::float8[])
                  WITH ORDINALITY AS x(m, b, h, d, n)
             ORDER BY n`
-        ).pipe(wrap(name, "send"))
+        )).pipe(wrap(name, "send"))
       })
 
     /**
@@ -322,15 +348,30 @@ export const make = (
      * `acked` are deleted and the next ready ones leased, in one round trip and one commit. Outside a caller's
      * transaction the commit is relaxed (see `claimFunction`).
      */
+    const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
     const fn = sql(claimFunction(table))
+    const claimStatement = (queue: string, leaseMs: number, batchSize: number, acked: ReadonlyArray<string>, relaxed: boolean) =>
+      sql<ClaimedRow>`SELECT * FROM ${fn}(${queue}, ${leaseMs}, ${batchSize}, ${ids(acked)}, ${relaxed})`
+    const claimText = claimStatement("", 0, 0, [], true).compile()[0]
+    // A worker's claims run on a connection of its own, held while it is subscribed (see `wakeups` and
+    // heldConnection); anyone else's go through the pool. Only when the pool has room for it: with fewer than
+    // `minPoolForOwnConnection` connections (or a pool of unknown size) holding one could starve the application
+    // or the worker's own handlers.
+    const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
+    const ownConnections = Option.isSome(pgClient) &&
+      (pgClient.value.config.maxConnections ?? defaultPoolSize) >= minPoolForOwnConnection
+    const ownConnection = FiberRef.unsafeMake<HeldConnection.HeldConnection | undefined>(undefined)
     const claimRows = (name: string, batchSize: number, acked: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const transport = yield* lookup(name)
         const inTransaction = Option.isSome(yield* Effect.serviceOption(SqlClient.TransactionConnection))
-        const rows = yield* sql<ClaimedRow>`SELECT * FROM ${fn}(${transport.queueName}, ${transport.redeliverTimeoutMs},
-          ${Math.max(1, Math.floor(batchSize))}, ${ids(acked)}, ${!inTransaction})`.pipe(
-          wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")
-        )
+        const held = yield* FiberRef.get(ownConnection)
+        const batch = Math.max(1, Math.floor(batchSize))
+        const rows = yield* (held !== undefined && !inTransaction
+          ? held.execute<ClaimedRow>(claimText, [transport.queueName, transport.redeliverTimeoutMs, batch, acked, true])
+          : exec(claimStatement(transport.queueName, transport.redeliverTimeoutMs, batch, acked, !inTransaction))).pipe(
+            wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")
+          )
         // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
         return rows
           .map((row): ReceivedMessage => ({
@@ -349,8 +390,6 @@ export const make = (
     const claim: TransportShape["claim"] = (name, batchSize) => claimRows(name, batchSize, [])
     const ackAndClaim: NonNullable<TransportShape["ackAndClaim"]> = (name, values, batchSize) =>
       claimRows(name, batchSize, values)
-
-    const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
 
     const ack: TransportShape["ack"] = (name, values) =>
       values.length === 0
@@ -387,18 +426,28 @@ export const make = (
         ).pipe(wrap(name, "release"))
       })
 
-    const nextDue: TransportShape["nextDue"] = (name) =>
-      Effect.gen(function*() {
-        const transport = yield* lookup(name)
-        // The first unclaimed row — delayed, or already due (it became due after the claim that found nothing:
-        // then the answer is "now") — and the earliest lease of the few in-flight rows; both through the claim index.
-        const [row] = yield* sql<{ ms: number | null }>`
+    // The first unclaimed row — delayed, or already due (it became due after the claim that found nothing:
+    // then the answer is "now") — and the earliest lease of the few in-flight rows; both through the claim index.
+    // Its parameters are the transport's own, so it is compiled once per transport.
+    const nextDueStatements = new Map(Array.from(transports.values(), (transport) => [
+      transport.name,
+      sql<{ ms: number | null }>`
           SELECT (extract(epoch FROM least(
             (SELECT available_at FROM ${t} WHERE queue_name = ${transport.queueName} AND delivered_at IS NULL
               ORDER BY available_at LIMIT 1),
             (SELECT min(delivered_at) FROM ${t} WHERE queue_name = ${transport.queueName} AND available_at <= now()
               AND delivered_at IS NOT NULL) + ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond'
-          ) - now()) * 1000)::float8 AS ms`.pipe(wrap(name, "nextDue"))
+          ) - now()) * 1000)::float8 AS ms`.compile()
+    ] as const))
+    const nextDue: TransportShape["nextDue"] = (name) =>
+      Effect.gen(function*() {
+        yield* lookup(name)
+        const [text, params] = nextDueStatements.get(name)!
+        const inTransaction = Option.isSome(yield* Effect.serviceOption(SqlClient.TransactionConnection))
+        const held = yield* FiberRef.get(ownConnection)
+        const [row] = yield* (held !== undefined && !inTransaction
+          ? held.execute<{ ms: number | null }>(text, params)
+          : sql.unsafe<{ ms: number | null }>(text, params)).pipe(wrap(name, "nextDue"))
         return row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms))
       })
 
@@ -419,7 +468,6 @@ export const make = (
         else s.pending = true
       }
     }
-    const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
     let listenerScope: Scope.CloseableScope | undefined
     const startListener = Effect.suspend(() => {
       if (subscriptions.size > 1 || !notify || Option.isNone(pgClient)) return Effect.void
@@ -453,6 +501,12 @@ export const make = (
               return stopListener
             })
         )
+        if (ownConnections) {
+          // From here on, this fiber's claims (and those of fibers it forks) use a connection of their own.
+          const own = HeldConnection.make(sql)
+          yield* Effect.addFinalizer(() => own.release)
+          yield* Effect.locallyScoped(ownConnection, own)
+        }
         return (maxWait: Duration.Duration) =>
           Effect.async<void>((resume) => {
             if (subscription.pending) {

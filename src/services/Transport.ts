@@ -109,7 +109,8 @@ export interface TransportShape {
   /**
    * Subscribes, for the scope's life, to wake-up hints for these transports (new or released messages). The
    * returned function waits for the next hint, or `maxWait` at most; hints are coalesced. A backend without
-   * notifications only waits `maxWait`: polling stays the truth.
+   * notifications only waits `maxWait`: polling stays the truth. A backend may also dedicate resources to the
+   * subscribing fiber for the scope's life (PostgreSQL: the fiber's claims run on a connection of its own).
    */
   readonly wakeups: (
     transports: ReadonlyArray<string>
