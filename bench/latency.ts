@@ -33,9 +33,9 @@ import * as Ours from "./ours.js"
 const quiet = <A, E, R>(self: Effect.Effect<A, E, R>) => Logger.withMinimumLogLevel(self, LogLevel.Error)
 
 export interface LatencyOptions {
-  /** Messages sent, warm-up included. */
+  /** Messages measured. */
   readonly messages: number
-  /** The first messages, not measured. */
+  /** Messages sent first and not measured (the worker's code is still being optimized by the JIT). */
   readonly warmup: number
   /** Pause after a message was handled before the next is sent, so that the worker is idle again. */
   readonly gapMs: number
@@ -61,8 +61,8 @@ export const starts = () => {
 }
 
 /**
- * Sends `messages` one at a time: register, commit (returns the client-side commit time), wait for the
- * handler start, pause `gapMs`. Returns the latencies in ms after the warm-up.
+ * Sends `warmup + messages` one at a time: register, commit (returns the client-side commit time), wait for
+ * the handler start, pause `gapMs`. Returns the latencies in ms of the `messages` after the warm-up.
  */
 export const produce = async (
   options: LatencyOptions,
@@ -70,7 +70,7 @@ export const produce = async (
   commit: (n: number) => Promise<number>
 ): Promise<Array<number>> => {
   const out: Array<number> = []
-  for (let n = 1; n <= options.messages; n++) {
+  for (let n = 1; n <= options.warmup + options.messages; n++) {
     const handled = waiter.expect(n)
     const committed = await commit(n)
     const started = await handled

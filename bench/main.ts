@@ -77,8 +77,9 @@ const usage = `npm run bench -- [options]
   --memory-total N        messages of the memory run (default 500000; quick 2000)
   --memory-rounds N       rounds of the memory run (default 2; quick 1)
   --pgboss-workers N      pg-boss work() calls on the queue (default 16, its best on the 2-core machine)
-  --latency-messages N    latency: messages sent one at a time, warm-up included (default 1000; quick 60)
-  --latency-warmup N      latency: first messages not measured (default 50; quick 10)
+  --latency-messages N    latency: messages measured, sent one at a time after the warm-up (default 1000; quick 50)
+  --latency-warmup N      latency: messages sent first, not measured: the JIT still optimizes the worker's
+                          code during the first few hundred (default 300; quick 10)
   --latency-gap MS        latency: pause after a message was handled before the next (default 10)
   --latency-rounds N      latency: rounds, contenders interleaved, percentiles over all samples (default 3; quick 1)
   --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
@@ -124,7 +125,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     return raw === undefined ? undefined : new Set(raw.split(",").map((s) => s.trim()).filter((s) => s !== ""))
   }
   const memoryTotal = Math.floor(num("memory-total", 500_000, 2_000))
-  const latencyMessages = Math.max(2, Math.floor(num("latency-messages", 1_000, 60)))
+  const latencyMessages = Math.max(1, Math.floor(num("latency-messages", 1_000, 50)))
   return {
     quick,
     write: !flags.has("no-write"),
@@ -145,7 +146,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     memoryRounds: Math.floor(num("memory-rounds", 2, 1)),
     pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16)),
     latencyMessages,
-    latencyWarmup: Math.min(Math.floor(num("latency-warmup", 50, 10)), latencyMessages - 1),
+    latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 300, 10))),
     latencyGapMs: num("latency-gap", 10, 10),
     latencyRounds: Math.max(1, Math.floor(num("latency-rounds", 3, 1))),
     delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
@@ -454,7 +455,7 @@ const runLatency = async (
     for (const c of contenders) {
       const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
       try {
-        const values = await withDeadline(c.run(db.url), o.latencyMessages * 200 + 60_000, `latency of ${c.id}`)
+        const values = await withDeadline(c.run(db.url), (o.latencyWarmup + o.latencyMessages) * 200 + 60_000, `latency of ${c.id}`)
         samples.get(c.id)!.push(...values)
         const p = Latency.percentiles(values)
         log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(24)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
@@ -813,10 +814,10 @@ const main = async () => {
     }
     if (latency !== undefined || delayed !== undefined) {
       sections.push(
-        `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyMessages.toLocaleString("en-US")} messages ` +
-          `committed one at a time, each in its own transaction, the next ${o.latencyGapMs} ms after the previous one was handled; ` +
-          `time from COMMIT returning in the producer to the handler start, on the machine's monotonic clock, the first ` +
-          `${o.latencyWarmup} not counted; ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved, ` +
+        `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyWarmup} warm-up messages, then ` +
+          `${o.latencyMessages.toLocaleString("en-US")} measured, committed one at a time, each in its own transaction, the next ` +
+          `${o.latencyGapMs} ms after the previous one was handled; time from COMMIT returning in the producer to the handler ` +
+          `start, on the machine's monotonic clock; ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved, ` +
           `percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
           `committed with \`@effect/sql\`'s \`sql.withTransaction\`, enqueued with \`Outbox.dispatch\` for ours and with ` +
           `graphile-worker's \`add_job\` SQL function on the transaction's connection for graphile (its transactional way). ` +
