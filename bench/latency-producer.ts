@@ -3,7 +3,8 @@
  * as in production): the same Effect application for both contenders, each message committed with
  * `sql.withTransaction` — ours enqueues with `Outbox.dispatch`, graphile-worker's with its `add_job` SQL
  * function on the transaction's connection (the transactional way). One message per request from the parent
- * (IPC); answers with the time COMMIT returned, on the clock every process of the machine shares.
+ * (IPC); answers with the time the COMMIT's response reached its `pg` client (`commitClock`), on the clock every
+ * process of the machine shares.
  * Usage: node --import tsx bench/latency-producer.ts <ours|graphile> <database-url>
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
@@ -16,7 +17,7 @@ import * as PgTransport from "../src/layers/PgTransport.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { BenchNoop, table } from "./common.js"
 import { graphileAddJob } from "./latency.js"
-import { monotonicMs } from "./latency-clock.js"
+import { commitClock } from "./latency-clock.js"
 
 const [kind, url] = process.argv.slice(2) as [string, string]
 
@@ -37,10 +38,11 @@ const graphileCommit = async (): Promise<(n: number) => Promise<void>> => {
   return (n) => runtime.runPromise(sql.withTransaction(graphileAddJob(sql, n)).pipe(Effect.asVoid))
 }
 
+const committedAt = commitClock()
 const commit = kind === "ours" ? await oursCommit() : await graphileCommit()
 process.on("message", (request: { readonly n: number }) => {
   void commit(request.n).then(
-    () => process.send!({ n: request.n, at: monotonicMs() }),
+    () => process.send!({ n: request.n, at: committedAt() }),
     (error: unknown) => process.send!({ n: request.n, error: String(error) })
   )
 })

@@ -1,7 +1,7 @@
 /**
  * The latency scenario: an idle queue, a worker already running and idle, and a producer that commits
- * one message at a time. Measured from COMMIT returning in the producer to the handler starting, on the
- * machine's monotonic clock (`monotonicMs`). The producer runs in a process of its own (as an application
+ * one message at a time. Measured from the COMMIT's response reaching the producer's `pg` client
+ * (`commitClock`) to the handler starting, on the machine's monotonic clock (`monotonicMs`). The producer runs in a process of its own (as an application
  * and its worker do in production: the worker process then only runs the worker), or in the worker's own
  * process (then the worker shares its CPU with the producer's). Also, for ours, delayed messages: from
  * their `available_at` to the handler start, both on the database clock.
@@ -27,7 +27,7 @@ import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { BenchNoop, peerQueue, queue, root, sleep, table, tsNodeArgs, withDeadline } from "./common.js"
 import * as Graphile from "./graphile.js"
-import { monotonicMs } from "./latency-clock.js"
+import { commitClock, monotonicMs } from "./latency-clock.js"
 import * as Ours from "./ours.js"
 
 const quiet = <A, E, R>(self: Effect.Effect<A, E, R>) => Logger.withMinimumLogLevel(self, LogLevel.Error)
@@ -118,12 +118,15 @@ export const withWorker = async <R, E, A>(
   }
 }
 
+/** When the latest COMMIT's response reached this process's `pg` client (the hook is installed on first use). */
+const committedAt = () => commitClock()()
+
 /** Commits `Outbox.dispatch(new BenchNoop({ n }))` in its own transaction; resolves with the time COMMIT returned. */
 const dispatchOne = (n: number, delayMs?: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     yield* sql.withTransaction(Outbox.dispatch(new BenchNoop({ n }), delayMs === undefined ? undefined : { delay: Duration.millis(delayMs) }))
-    return monotonicMs()
+    return committedAt()
   })
 
 /** Where the producer runs: a process of its own, or the worker's process. */
@@ -162,6 +165,7 @@ const remoteProducer = async (kind: "ours" | "graphile", url: string) => {
 
 /** Ours: `Worker.run({ transports: ["outbox"] })` with its defaults (sleep 1 s; woken by LISTEN/NOTIFY). */
 export const ours = async (url: string, options: LatencyOptions, placement: Placement): Promise<Array<number>> => {
+  commitClock()
   await Ours.setup(url)
   const waiter = starts()
   const remote = placement === "own-process" ? await remoteProducer("ours", url) : undefined
@@ -221,6 +225,7 @@ export const graphileAddJob = (sql: SqlClient.SqlClient, n: number) =>
  * the same Effect application as ours, enqueueing with `add_job` inside `sql.withTransaction`.
  */
 export const graphile = async (url: string, options: LatencyOptions, placement: Placement): Promise<Array<number>> => {
+  commitClock()
   await Graphile.setup(url)
   const waiter = starts()
   const remote = placement === "own-process" ? await remoteProducer("graphile", url) : undefined
@@ -239,7 +244,7 @@ export const graphile = async (url: string, options: LatencyOptions, placement: 
     const sql = app === undefined ? undefined : await app.runPromise(SqlClient.SqlClient)
     await sleep(300)
     return await produce(options, waiter, remote?.commit ?? ((n) =>
-      app!.runPromise(sql!.withTransaction(graphileAddJob(sql!, n)).pipe(Effect.map(() => monotonicMs())))))
+      app!.runPromise(sql!.withTransaction(graphileAddJob(sql!, n)).pipe(Effect.map(() => committedAt())))))
   } finally {
     await app?.dispose()
     await runner.stop()

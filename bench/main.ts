@@ -78,8 +78,8 @@ const usage = `npm run bench -- [options]
   --memory-rounds N       rounds of the memory run (default 2; quick 1)
   --pgboss-workers N      pg-boss work() calls on the queue (default 16, its best on the 2-core machine)
   --latency-messages N    latency: messages measured, sent one at a time after the warm-up (default 1000; quick 50)
-  --latency-warmup N      latency: messages sent first, not measured: the JIT still optimizes the worker's
-                          code during the first few hundred (default 300; quick 10)
+  --latency-warmup N      latency: messages sent first, not measured, while the JIT still optimizes the
+                          code of worker and producer (default 1000; quick 10)
   --latency-gap MS        latency: pause after a message was handled before the next (default 10)
   --latency-rounds N      latency: rounds, contenders interleaved, percentiles over all samples (default 3; quick 1)
   --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
@@ -146,7 +146,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     memoryRounds: Math.floor(num("memory-rounds", 2, 1)),
     pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16)),
     latencyMessages,
-    latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 300, 10))),
+    latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 1_000, 10))),
     latencyGapMs: num("latency-gap", 10, 10),
     latencyRounds: Math.max(1, Math.floor(num("latency-rounds", 3, 1))),
     delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
@@ -817,7 +817,7 @@ const main = async () => {
         `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyWarmup} warm-up messages, then ` +
           `${o.latencyMessages.toLocaleString("en-US")} measured, committed one at a time, each in its own transaction, the next ` +
           `${o.latencyGapMs} ms after the previous one was handled; time from COMMIT returning in the producer to the handler ` +
-          `start, on the machine's monotonic clock; ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved, ` +
+          `start, on the machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved, ` +
           `percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
           `committed with \`@effect/sql\`'s \`sql.withTransaction\`, enqueued with \`Outbox.dispatch\` for ours and with ` +
           `graphile-worker's \`add_job\` SQL function on the transaction's connection for graphile (its transactional way). ` +

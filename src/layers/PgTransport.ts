@@ -9,7 +9,9 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as Statement from "@effect/sql/Statement"
 import * as Duration from "effect/Duration"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
@@ -290,16 +292,16 @@ export const make = (
         return tx.value[0].execute(text, params, undefined) as Effect.Effect<ReadonlyArray<A>, SqlError>
       })
 
+    const unknownTransport = (name: string): Effect.Effect<never, UnknownTransportError> =>
+      Effect.fail(
+        new UnknownTransportError({
+          transport: name,
+          message: `Unknown transport ${JSON.stringify(name)}; known: ${Array.from(transports.keys()).join(", ")}`
+        })
+      )
     const lookup = (name: string): Effect.Effect<ResolvedTransport, UnknownTransportError> => {
       const found = transports.get(name)
-      return found !== undefined
-        ? Effect.succeed(found)
-        : Effect.fail(
-          new UnknownTransportError({
-            transport: name,
-            message: `Unknown transport ${JSON.stringify(name)}; known: ${Array.from(transports.keys()).join(", ")}`
-          })
-        )
+      return found !== undefined ? Effect.succeed(found) : unknownTransport(name)
     }
     const wrap = (transport: string, operation: string) => <A, R>(self: Effect.Effect<A, SqlError, R>) =>
       Effect.mapError(self, (error) => toTransportError(transport, operation, error))
@@ -361,30 +363,39 @@ export const make = (
     const ownConnections = Option.isSome(pgClient) &&
       (pgClient.value.config.maxConnections ?? defaultPoolSize) >= minPoolForOwnConnection
     const ownConnection = FiberRef.unsafeMake<HeldConnection.HeldConnection | undefined>(undefined)
+    /** Whether the fiber is inside a caller's transaction, and the worker connection it may use outside one. */
+    const claimingOn = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
+      Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some"
+        ? "transaction" as const
+        : fiber.getFiberRef(ownConnection)
+    const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
+      id: row.id,
+      transport: name,
+      messageId: row.message_id,
+      body: row.body,
+      headers: row.headers,
+      // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
+      createdAt: new Date(row.created_ms),
+      availableAt: new Date(row.available_ms),
+      deliveries: row.delivery_count
+    })
     const claimRows = (name: string, batchSize: number, acked: ReadonlyArray<string>) =>
-      Effect.gen(function*() {
-        const transport = yield* lookup(name)
-        const inTransaction = Option.isSome(yield* Effect.serviceOption(SqlClient.TransactionConnection))
-        const held = yield* FiberRef.get(ownConnection)
+      Effect.withFiberRuntime<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>((fiber) => {
+        const transport = transports.get(name)
+        if (transport === undefined) return unknownTransport(name)
+        const on = claimingOn(fiber)
         const batch = Math.max(1, Math.floor(batchSize))
-        const rows = yield* (held !== undefined && !inTransaction
-          ? held.execute<ClaimedRow>(claimText, [transport.queueName, transport.redeliverTimeoutMs, batch, acked, true])
-          : exec(claimStatement(transport.queueName, transport.redeliverTimeoutMs, batch, acked, !inTransaction))).pipe(
-            wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")
-          )
-        // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
-        return rows
-          .map((row): ReceivedMessage => ({
-            id: row.id,
-            transport: name,
-            messageId: row.message_id,
-            body: row.body,
-            headers: row.headers,
-            createdAt: new Date(row.created_ms),
-            availableAt: new Date(row.available_ms),
-            deliveries: row.delivery_count
-          }))
-          .sort(byAvailability)
+        const { queueName, redeliverTimeoutMs: leaseMs } = transport
+        const viaSql = (relaxed: boolean) => exec(claimStatement(queueName, leaseMs, batch, acked, relaxed))
+        const rows = on === "transaction"
+          ? viaSql(false)
+          : on === undefined
+          ? viaSql(true)
+          : on.execute<ClaimedRow>(claimText, [queueName, leaseMs, batch, acked, true], viaSql(true))
+        return Effect.map(
+          wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")(rows),
+          (claimed) => claimed.map(toReceived(name)).sort(byAvailability)
+        )
       })
 
     const claim: TransportShape["claim"] = (name, batchSize) => claimRows(name, batchSize, [])
@@ -440,15 +451,15 @@ export const make = (
           ) - now()) * 1000)::float8 AS ms`.compile()
     ] as const))
     const nextDue: TransportShape["nextDue"] = (name) =>
-      Effect.gen(function*() {
-        yield* lookup(name)
-        const [text, params] = nextDueStatements.get(name)!
-        const inTransaction = Option.isSome(yield* Effect.serviceOption(SqlClient.TransactionConnection))
-        const held = yield* FiberRef.get(ownConnection)
-        const [row] = yield* (held !== undefined && !inTransaction
-          ? held.execute<{ ms: number | null }>(text, params)
-          : sql.unsafe<{ ms: number | null }>(text, params)).pipe(wrap(name, "nextDue"))
-        return row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms))
+      Effect.withFiberRuntime((fiber) => {
+        const statement = nextDueStatements.get(name)
+        if (statement === undefined) return unknownTransport(name)
+        const [text, params] = statement
+        const on = claimingOn(fiber)
+        const viaSql = exec(sql.unsafe<{ ms: number | null }>(text, params))
+        const rows = on === "transaction" || on === undefined ? viaSql : on.execute<{ ms: number | null }>(text, params, viaSql)
+        return Effect.map(wrap(name, "nextDue")(rows), ([row]) =>
+          row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms)))
       })
 
     // Wake-ups: one LISTEN connection per transport instance, shared by its subscribers, started with the first.

@@ -5,9 +5,10 @@
  * it is a plain `execute` (≈ 13 KB). On a 2-core machine that garbage and the JIT work behind it are what
  * make the latency tail.
  *
- * Statements take turns (a semaphore), so interrupting one cancels that statement and no other. A failed
- * statement gives the connection back and is tried once more on a fresh one: a backend killed while idle
- * costs one retry, not a worker error.
+ * One statement at a time: while one is in flight, another caller (a worker's claims never overlap, but a
+ * fiber it forked might) runs on the pool instead — so interrupting a statement cancels that one and no other,
+ * and nobody waits behind it. A failed statement gives the connection back and is tried once more on a fresh
+ * one: a backend killed while idle costs one retry, not a worker error.
  *
  * @internal
  */
@@ -20,8 +21,15 @@ import * as Scope from "effect/Scope"
 
 /** @internal */
 export interface HeldConnection {
-  /** Runs `text` with `params` on the held connection (taken from the pool on first use). */
-  readonly execute: <A extends object>(text: string, params: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+  /**
+   * Runs `text` with `params` on the held connection (taken from the pool on first use), or runs `busy` when
+   * a statement is already in flight on it.
+   */
+  readonly execute: <A extends object>(
+    text: string,
+    params: ReadonlyArray<unknown>,
+    busy: Effect.Effect<ReadonlyArray<A>, SqlError>
+  ) => Effect.Effect<ReadonlyArray<A>, SqlError>
   /** Gives the connection back to the pool (the next `execute` takes one again). */
   readonly release: Effect.Effect<void>
 }
@@ -33,8 +41,11 @@ interface Held {
 
 /** @internal */
 export const make = (sql: SqlClient.SqlClient): HeldConnection => {
-  const turn = Effect.unsafeMakeSemaphore(1)
   let held: Held | undefined
+  let inFlight = false
+  const done = Effect.sync(() => {
+    inFlight = false
+  })
 
   const drop = (h: Held) =>
     Effect.suspend(() => {
@@ -52,15 +63,23 @@ export const make = (sql: SqlClient.SqlClient): HeldConnection => {
   const onFresh = (text: string, params: ReadonlyArray<unknown>) =>
     Effect.flatMap(acquire, (h) => Effect.tapError(h.connection.execute(text, params, undefined), () => drop(h)))
 
-  const execute = <A extends object>(text: string, params: ReadonlyArray<unknown>) =>
-    turn.withPermits(1)(Effect.suspend(() => {
+  const execute = <A extends object>(
+    text: string,
+    params: ReadonlyArray<unknown>,
+    busy: Effect.Effect<ReadonlyArray<A>, SqlError>
+  ): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+    Effect.suspend(() => {
+      if (inFlight) return busy
+      inFlight = true
       const h = held
-      if (h === undefined) return onFresh(text, params)
-      return Effect.catchAll(h.connection.execute(text, params, undefined), () =>
-        Effect.zipRight(drop(h), onFresh(text, params)))
-    })) as Effect.Effect<ReadonlyArray<A>, SqlError>
+      const run = h === undefined
+        ? onFresh(text, params)
+        : Effect.catchAll(h.connection.execute(text, params, undefined), () =>
+          Effect.zipRight(drop(h), onFresh(text, params)))
+      return Effect.ensuring(run, done) as Effect.Effect<ReadonlyArray<A>, SqlError>
+    })
 
-  const release = turn.withPermits(1)(Effect.suspend(() => held === undefined ? Effect.void : drop(held)))
+  const release = Effect.suspend(() => held === undefined ? Effect.void : drop(held))
 
   return { execute, release }
 }
