@@ -391,11 +391,11 @@ export const make = (
           ? viaSql(false)
           : on === undefined
           ? viaSql(true)
-          : on.execute<ClaimedRow>(claimText, [queueName, leaseMs, batch, acked, true], viaSql(true))
-        return Effect.map(
-          wrap(name, acked.length === 0 ? "claim" : "ackAndClaim")(rows),
-          (claimed) => claimed.map(toReceived(name)).sort(byAvailability)
-        )
+          : on.execute<ClaimedRow>(claimText, [queueName, leaseMs, batch, acked, true], () => viaSql(true))
+        return Effect.mapBoth(rows, {
+          onFailure: (error) => toTransportError(name, acked.length === 0 ? "claim" : "ackAndClaim", error),
+          onSuccess: (claimed) => claimed.map(toReceived(name)).sort(byAvailability)
+        })
       })
 
     const claim: TransportShape["claim"] = (name, batchSize) => claimRows(name, batchSize, [])
@@ -456,10 +456,12 @@ export const make = (
         if (statement === undefined) return unknownTransport(name)
         const [text, params] = statement
         const on = claimingOn(fiber)
-        const viaSql = exec(sql.unsafe<{ ms: number | null }>(text, params))
-        const rows = on === "transaction" || on === undefined ? viaSql : on.execute<{ ms: number | null }>(text, params, viaSql)
-        return Effect.map(wrap(name, "nextDue")(rows), ([row]) =>
-          row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms)))
+        const viaSql = () => exec(sql.unsafe<{ ms: number | null }>(text, params))
+        const rows = on === "transaction" || on === undefined ? viaSql() : on.execute<{ ms: number | null }>(text, params, viaSql)
+        return Effect.mapBoth(rows, {
+          onFailure: (error) => toTransportError(name, "nextDue", error),
+          onSuccess: ([row]) => row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms))
+        })
       })
 
     // Wake-ups: one LISTEN connection per transport instance, shared by its subscribers, started with the first.

@@ -22,13 +22,13 @@ import * as Scope from "effect/Scope"
 /** @internal */
 export interface HeldConnection {
   /**
-   * Runs `text` with `params` on the held connection (taken from the pool on first use), or runs `busy` when
-   * a statement is already in flight on it.
+   * Runs `text` with `params` on the held connection (taken from the pool on first use), or what `busy` returns
+   * when a statement is already in flight on it.
    */
   readonly execute: <A extends object>(
     text: string,
     params: ReadonlyArray<unknown>,
-    busy: Effect.Effect<ReadonlyArray<A>, SqlError>
+    busy: () => Effect.Effect<ReadonlyArray<A>, SqlError>
   ) => Effect.Effect<ReadonlyArray<A>, SqlError>
   /** Gives the connection back to the pool (the next `execute` takes one again). */
   readonly release: Effect.Effect<void>
@@ -66,17 +66,17 @@ export const make = (sql: SqlClient.SqlClient): HeldConnection => {
   const execute = <A extends object>(
     text: string,
     params: ReadonlyArray<unknown>,
-    busy: Effect.Effect<ReadonlyArray<A>, SqlError>
+    busy: () => Effect.Effect<ReadonlyArray<A>, SqlError>
   ): Effect.Effect<ReadonlyArray<A>, SqlError> =>
     Effect.suspend(() => {
-      if (inFlight) return busy
+      if (inFlight) return busy()
       inFlight = true
       const h = held
       const run = h === undefined
         ? onFresh(text, params)
         : Effect.catchAll(h.connection.execute(text, params, undefined), () =>
           Effect.zipRight(drop(h), onFresh(text, params)))
-      return Effect.ensuring(run, done) as Effect.Effect<ReadonlyArray<A>, SqlError>
+      return Effect.onExit(run, () => done) as Effect.Effect<ReadonlyArray<A>, SqlError>
     })
 
   const release = Effect.suspend(() => held === undefined ? Effect.void : drop(held))
