@@ -11,8 +11,8 @@ import { type BurnDownContender, clock, queue, table } from "./common.js"
 import * as Ours from "./ours.js"
 
 /**
- * src/layers/PgTransport.ts, `claim` and `ackAndClaim`: the table's claim function (migration
- * `3_claim_function`). $1 queue name, $2 lease in ms, $3 batch size, $4 the ids to delete first (the previous
+ * src/layers/PgTransport.ts, `claim` and `ackAndClaim`: the table's claim function (migrations
+ * `3_claim_function`, `4_claim_next_due`). $1 queue name, $2 lease in ms, $3 batch size, $4 the ids to delete first (the previous
  * batch; text, cast to bigint[]), $5 relaxed commit (true: the worker's claim is its own transaction).
  */
 export const claimSql = `SELECT * FROM "${table}_claim"($1, $2,
@@ -33,7 +33,7 @@ export const sameStatements = (recorded: ReadonlyArray<string>): { readonly clai
 }
 
 interface Row {
-  readonly id: string
+  readonly id: string | null
 }
 
 export const burnDown = (batchSize: number): BurnDownContender => ({
@@ -60,11 +60,15 @@ export const burnDown = (batchSize: number): BurnDownContender => ({
           break
         }
         const { rows } = await client.query<Row>(claimSql, [queue, leaseMs, batchSize, ids, true])
+        // Leased nothing: one row with a NULL id (and when the next message is due).
+        if (rows.length === 0 || rows[0]!.id === null) {
+          ids = [] // deleted by this very call
+          break
+        }
         ids = new Array<string>(rows.length)
-        if (rows.length === 0) break
         for (let i = 0; i < rows.length; i++) {
           time.start() // the no-op handler
-          ids[i] = rows[i]!.id
+          ids[i] = rows[i]!.id!
           handled++
         }
       }

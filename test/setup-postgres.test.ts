@@ -43,7 +43,8 @@ describe("PostgreSQL setup", () => {
       expect(migrations.map((m) => [m.migration_id, m.name])).toEqual([
         [1, "create_messages"],
         [2, "claim_fillfactor"],
-        [3, "claim_function"]
+        [3, "claim_function"],
+        [4, "claim_next_due"]
       ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns

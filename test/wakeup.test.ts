@@ -10,8 +10,10 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
+import * as Option from "effect/Option"
 import * as LogLevel from "effect/LogLevel"
 import * as Schedule from "effect/Schedule"
+import * as MessageId from "../src/domain/MessageId.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as Worker from "../src/programs/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
@@ -238,4 +240,34 @@ describe("a worker's own claim connection", () => {
         }
       }).pipe(Effect.provide(stack))
     }).pipe(Effect.provide(Layer.orDie(pgLayer(url, PgTransport.minPoolForOwnConnection)))), 60_000)
+})
+
+describe("an empty claim says when the next message is due", () => {
+  it.live("the claim function's row of nothing; a worker's next-due check answered from it", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("due_hint")
+      const transport = yield* PgTransport.make({ table, autoSetup: true })
+      const claimOnce = sql<{ id: string | null; available_ms: number | null }>`
+        SELECT id, available_ms FROM ${sql(PgTransport.claimFunction(table))}('outbox', 30000, 10, '{}'::bigint[], false)`
+      // Nothing waits: one row, id and due both NULL.
+      expect(yield* claimOnce).toEqual([{ id: null, available_ms: null }])
+      yield* transport.send("outbox", [{ messageId: MessageId.make(), type: "Test", body: "{}", headers: "{}", delayMs: 5_000 }])
+      const [row] = yield* claimOnce
+      expect(row!.id).toBeNull()
+      expect(row!.available_ms).toBeGreaterThan(4_000)
+      expect(row!.available_ms).toBeLessThanOrEqual(5_000)
+
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* transport.wakeups(["outbox"]) // this fiber now claims on a connection of its own
+        expect(yield* transport.claim("outbox", 10)).toEqual([])
+        // Answered from that claim: the message's due time, even after it changed in the table.
+        yield* sql`UPDATE ${sql(table)} SET available_at = now() + interval '1 hour'`
+        const hinted = yield* transport.nextDue("outbox")
+        expect(Option.getOrThrow(hinted)).toBeGreaterThan(4_000)
+        expect(Option.getOrThrow(hinted)).toBeLessThanOrEqual(5_000)
+        // Once: the next check asks the database.
+        expect(Option.getOrThrow(yield* transport.nextDue("outbox"))).toBeGreaterThan(3_500_000)
+      }))
+    })), 60_000)
 })

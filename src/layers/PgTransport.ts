@@ -124,13 +124,14 @@ interface Row {
   readonly delivery_count: number
 }
 
+/** A row of the claim function: a leased message, or — `id` NULL — a claim's "nothing; next due in `available_ms`". */
 interface ClaimedRow {
-  readonly id: string
+  readonly id: string | null
   readonly message_id: string
   readonly body: string
   readonly headers: string
   readonly created_ms: number
-  readonly available_ms: number
+  readonly available_ms: number | null
   readonly delivery_count: number
 }
 
@@ -201,7 +202,13 @@ export const migrations = (table: string) => {
     // flush (see `claimFunction`).
     "3_claim_function": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-      yield* claimFunctionSql(sql, table)
+      yield* claimFunctionSql(sql, table, false)
+    }),
+    // A claim that leases nothing also says when the next message is due: an idle worker's poll is one round
+    // trip instead of two.
+    "4_claim_next_due": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* claimFunctionSql(sql, table, true)
     })
   })
 }
@@ -217,13 +224,22 @@ export const claimFunction = (table: string): string => `${table}_claim`
 /**
  * The claim function of a table (identifiers are validated before they get here): deletes `acked`, then
  * locks the next `batch_size` ready rows of `queue` (skipping rows other claimers hold), leases them and
- * returns them. With `relaxed`, the transaction commits without waiting for the WAL flush
+ * returns them. When it leases nothing, it returns one row whose `id` is NULL and whose `available_ms` is the
+ * number of milliseconds until the next message of `queue` becomes claimable (NULL when none waits) — the
+ * same answer as `nextDue` (migration 4; migration 3 had no such row). With `relaxed`, the transaction
+ * commits without waiting for the WAL flush
  * (`synchronous_commit = off` for this transaction only): a server crash can then undo the claim or the
  * acks — the messages come back and are delivered again — but never lose or invent a message. The worker
  * asks for it only when the claim is its own transaction, never inside a caller's.
  */
-const claimFunctionSql = (sql: SqlClient.SqlClient, table: string) => {
+const claimFunctionSql = (sql: SqlClient.SqlClient, table: string, answersNextDue: boolean) => {
   const t = sql(table)
+  const nextDue = answersNextDue
+    ? sql`
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ${nextDueMs(sql, t, sql`queue`, sql`lease_ms`)}, NULL::int;
+  END IF;`
+    : sql``
   return sql`CREATE OR REPLACE FUNCTION ${sql(claimFunction(table))}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
 ) RETURNS TABLE (
@@ -251,10 +267,22 @@ BEGIN
   WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
   RETURNING m.id::text, m.message_id::text, m.body, m.headers,
     (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-    m.delivery_count;
+    m.delivery_count;${nextDue}
 END
 $claim$`
 }
+
+/**
+ * Milliseconds until the next message of a queue becomes claimable, NULL when none waits: the first unclaimed
+ * row — delayed, or already due (it became due after a claim that found nothing: then the answer is "now") —
+ * and the earliest lease of the in-flight rows; both through the claim index.
+ */
+const nextDueMs = (sql: SqlClient.SqlClient, t: Statement.Identifier, queue: Statement.Fragment | string, leaseMs: Statement.Fragment | number) =>
+  sql`(extract(epoch FROM least(
+    (SELECT available_at FROM ${t} WHERE queue_name = ${queue} AND delivered_at IS NULL ORDER BY available_at LIMIT 1),
+    (SELECT min(delivered_at) FROM ${t} WHERE queue_name = ${queue} AND available_at <= now()
+      AND delivered_at IS NOT NULL) + ${leaseMs}::float8 * interval '1 millisecond'
+  ) - now()) * 1000)::float8`
 
 /**
  * Builds the transport on the `SqlClient` in context. Every statement runs on the caller's
@@ -369,16 +397,24 @@ export const make = (
         ? "transaction" as const
         : fiber.getFiberRef(ownConnection)
     const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
-      id: row.id,
+      id: row.id!,
       transport: name,
       messageId: row.message_id,
       body: row.body,
       headers: row.headers,
       // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
       createdAt: new Date(row.created_ms),
-      availableAt: new Date(row.available_ms),
+      availableAt: new Date(row.available_ms!),
       deliveries: row.delivery_count
     })
+    // What the last empty claim of a worker said of the next due message, per transport (see `claimFunctionSql`):
+    // its next `nextDue` of that transport is answered from it, without a round trip.
+    const dueHints = new WeakMap<HeldConnection.HeldConnection, Map<string, number | null>>()
+    const hintsOf = (held: HeldConnection.HeldConnection) => {
+      let hints = dueHints.get(held)
+      if (hints === undefined) dueHints.set(held, hints = new Map())
+      return hints
+    }
     const claimRows = (name: string, batchSize: number, acked: ReadonlyArray<string>) =>
       Effect.withFiberRuntime<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>((fiber) => {
         const transport = transports.get(name)
@@ -394,7 +430,15 @@ export const make = (
           : on.execute<ClaimedRow>(claimText, [queueName, leaseMs, batch, acked, true], () => viaSql(true))
         return Effect.mapBoth(rows, {
           onFailure: (error) => toTransportError(name, acked.length === 0 ? "claim" : "ackAndClaim", error),
-          onSuccess: (claimed) => claimed.map(toReceived(name)).sort(byAvailability)
+          onSuccess: (claimed) => {
+            // Leased nothing: the one row says when the next message is due.
+            if (claimed.length === 1 && claimed[0]!.id === null) {
+              if (on !== "transaction" && on !== undefined) hintsOf(on).set(name, claimed[0]!.available_ms)
+              return []
+            }
+            if (on !== "transaction" && on !== undefined) hintsOf(on).delete(name)
+            return claimed.map(toReceived(name)).sort(byAvailability)
+          }
         })
       })
 
@@ -437,18 +481,10 @@ export const make = (
         ).pipe(wrap(name, "release"))
       })
 
-    // The first unclaimed row — delayed, or already due (it became due after the claim that found nothing:
-    // then the answer is "now") — and the earliest lease of the few in-flight rows; both through the claim index.
     // Its parameters are the transport's own, so it is compiled once per transport.
     const nextDueStatements = new Map(Array.from(transports.values(), (transport) => [
       transport.name,
-      sql<{ ms: number | null }>`
-          SELECT (extract(epoch FROM least(
-            (SELECT available_at FROM ${t} WHERE queue_name = ${transport.queueName} AND delivered_at IS NULL
-              ORDER BY available_at LIMIT 1),
-            (SELECT min(delivered_at) FROM ${t} WHERE queue_name = ${transport.queueName} AND available_at <= now()
-              AND delivered_at IS NOT NULL) + ${transport.redeliverTimeoutMs}::float8 * interval '1 millisecond'
-          ) - now()) * 1000)::float8 AS ms`.compile()
+      sql<{ ms: number | null }>`SELECT ${nextDueMs(sql, t, transport.queueName, transport.redeliverTimeoutMs)} AS ms`.compile()
     ] as const))
     const nextDue: TransportShape["nextDue"] = (name) =>
       Effect.withFiberRuntime((fiber) => {
@@ -456,6 +492,14 @@ export const make = (
         if (statement === undefined) return unknownTransport(name)
         const [text, params] = statement
         const on = claimingOn(fiber)
+        if (on !== "transaction" && on !== undefined) {
+          const hints = hintsOf(on)
+          if (hints.has(name)) {
+            const ms = hints.get(name)!
+            hints.delete(name)
+            return Effect.succeed(ms === null ? Option.none() : Option.some(Math.max(0, ms)))
+          }
+        }
         const viaSql = () => exec(sql.unsafe<{ ms: number | null }>(text, params))
         const rows = on === "transaction" || on === undefined ? viaSql() : on.execute<{ ms: number | null }>(text, params, viaSql)
         return Effect.mapBoth(rows, {
