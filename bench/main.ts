@@ -14,7 +14,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { burnDownSvg } from "./chart.js"
 import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
-import { type BurnDownContender, businessTableSql, type DispatchContender, root, tsNodeArgs, withDeadline } from "./common.js"
+import { type BurnDownContender, businessTableSql, collectGarbage, type DispatchContender, root, tsNodeArgs, withDeadline } from "./common.js"
 import * as Graphile from "./graphile.js"
 import * as Latency from "./latency.js"
 import * as Ours from "./ours.js"
@@ -448,11 +448,14 @@ const runLatency = async (
   o: Options
 ): Promise<{ readonly latency: Array<LatencyResult>; readonly delayed: DelayedResult | undefined }> => {
   const contenders = latencyContenders(o).filter((c) => selected(o, "latency", c.id))
-  // Rounds interleave the contenders (a slow minute of the machine hits all of them); percentiles are taken
-  // over the samples of all rounds.
+  // Rounds interleave the contenders (a slow minute of the machine hits all of them), in an order rotated each
+  // round (the first after the other scenarios is not always the same), each after a full garbage collection
+  // (none pays for the garbage of the one before); percentiles are taken over the samples of all rounds.
   const samples = new Map<string, Array<number>>(contenders.map((c) => [c.id, []]))
   for (let round = 0; round < o.latencyRounds; round++) {
-    for (const c of contenders) {
+    const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!)
+    for (const c of order) {
+      collectGarbage()
       const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
       try {
         const values = await withDeadline(c.run(db.url), (o.latencyWarmup + o.latencyMessages) * 200 + 60_000, `latency of ${c.id}`)
@@ -817,7 +820,7 @@ const main = async () => {
         `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyWarmup} warm-up messages, then ` +
           `${o.latencyMessages.toLocaleString("en-US")} measured, committed one at a time, each in its own transaction, the next ` +
           `${o.latencyGapMs} ms after the previous one was handled; time from COMMIT returning in the producer to the handler ` +
-          `start, on the machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved, ` +
+          `start, on the machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved (order rotated each round, a full GC before each), ` +
           `percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
           `committed with \`@effect/sql\`'s \`sql.withTransaction\`, enqueued with \`Outbox.dispatch\` for ours and with ` +
           `graphile-worker's \`add_job\` SQL function on the transaction's connection for graphile (its transactional way). ` +
