@@ -374,9 +374,9 @@ export const make = (
       })
 
     /**
-     * One statement, the table's claim function (migration `3_claim_function`): the handled messages of
-     * `acked` are deleted and the next ready ones leased, in one round trip and one commit. Outside a caller's
-     * transaction the commit is relaxed (see `claimFunction`).
+     * One statement, the table's claim function (migrations 3 and 4, see `claimFunctionSql`): the handled
+     * messages of `acked` are deleted and the next ready ones leased, in one round trip and one commit. Outside a
+     * caller's transaction the commit is relaxed.
      */
     const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
     const fn = sql(claimFunction(table))
@@ -390,12 +390,18 @@ export const make = (
     const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
     const ownConnections = Option.isSome(pgClient) &&
       (pgClient.value.config.maxConnections ?? defaultPoolSize) >= minPoolForOwnConnection
-    const ownConnection = FiberRef.unsafeMake<HeldConnection.HeldConnection | undefined>(undefined)
-    /** Whether the fiber is inside a caller's transaction, and the worker connection it may use outside one. */
-    const claimingOn = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
-      Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some"
-        ? "transaction" as const
-        : fiber.getFiberRef(ownConnection)
+    /** What a subscribed worker fiber keeps: its connection, and what its last empty claims said of the next due message. */
+    interface WorkerSession {
+      readonly connection: HeldConnection.HeldConnection
+      /** Per transport: the answer of its last empty claim (see `claimFunctionSql`), used once by `nextDue`. */
+      readonly dueHints: Map<string, number | null>
+    }
+    const workerSession = FiberRef.unsafeMake<WorkerSession | undefined>(undefined)
+    const inTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
+      Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
+    /** The fiber's worker session, unless it runs inside a caller's transaction (then the caller's connection). */
+    const sessionOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
+      inTransaction(fiber) ? undefined : fiber.getFiberRef(workerSession)
     const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
       id: row.id!,
       transport: name,
@@ -407,37 +413,26 @@ export const make = (
       availableAt: new Date(row.available_ms!),
       deliveries: row.delivery_count
     })
-    // What the last empty claim of a worker said of the next due message, per transport (see `claimFunctionSql`):
-    // its next `nextDue` of that transport is answered from it, without a round trip.
-    const dueHints = new WeakMap<HeldConnection.HeldConnection, Map<string, number | null>>()
-    const hintsOf = (held: HeldConnection.HeldConnection) => {
-      let hints = dueHints.get(held)
-      if (hints === undefined) dueHints.set(held, hints = new Map())
-      return hints
-    }
     const claimRows = (name: string, batchSize: number, acked: ReadonlyArray<string>) =>
       Effect.withFiberRuntime<ReadonlyArray<ReceivedMessage>, TransportError | UnknownTransportError>((fiber) => {
         const transport = transports.get(name)
         if (transport === undefined) return unknownTransport(name)
-        const on = claimingOn(fiber)
+        const session = sessionOf(fiber)
         const batch = Math.max(1, Math.floor(batchSize))
         const { queueName, redeliverTimeoutMs: leaseMs } = transport
-        const viaSql = (relaxed: boolean) => exec(claimStatement(queueName, leaseMs, batch, acked, relaxed))
-        const rows = on === "transaction"
-          ? viaSql(false)
-          : on === undefined
-          ? viaSql(true)
-          : on.execute<ClaimedRow>(claimText, [queueName, leaseMs, batch, acked, true], () => viaSql(true))
+        // Relaxed commit only when the claim is its own transaction.
+        const viaSql = () => exec(claimStatement(queueName, leaseMs, batch, acked, !inTransaction(fiber)))
+        const rows = session === undefined
+          ? viaSql()
+          : session.connection.execute<ClaimedRow>(claimText, [queueName, leaseMs, batch, acked, true], viaSql)
         return Effect.mapBoth(rows, {
           onFailure: (error) => toTransportError(name, acked.length === 0 ? "claim" : "ackAndClaim", error),
           onSuccess: (claimed) => {
             // Leased nothing: the one row says when the next message is due.
-            if (claimed.length === 1 && claimed[0]!.id === null) {
-              if (on !== "transaction" && on !== undefined) hintsOf(on).set(name, claimed[0]!.available_ms)
-              return []
-            }
-            if (on !== "transaction" && on !== undefined) hintsOf(on).delete(name)
-            return claimed.map(toReceived(name)).sort(byAvailability)
+            const nothing = claimed.length === 1 && claimed[0]!.id === null
+            if (nothing) session?.dueHints.set(name, claimed[0]!.available_ms)
+            else session?.dueHints.delete(name)
+            return nothing ? [] : claimed.map(toReceived(name)).sort(byAvailability)
           }
         })
       })
@@ -490,21 +485,18 @@ export const make = (
       Effect.withFiberRuntime((fiber) => {
         const statement = nextDueStatements.get(name)
         if (statement === undefined) return unknownTransport(name)
-        const [text, params] = statement
-        const on = claimingOn(fiber)
-        if (on !== "transaction" && on !== undefined) {
-          const hints = hintsOf(on)
-          if (hints.has(name)) {
-            const ms = hints.get(name)!
-            hints.delete(name)
-            return Effect.succeed(ms === null ? Option.none() : Option.some(Math.max(0, ms)))
-          }
+        const session = sessionOf(fiber)
+        if (session?.dueHints.has(name)) {
+          const ms = session.dueHints.get(name)!
+          session.dueHints.delete(name)
+          return Effect.succeed(dueIn(ms))
         }
+        const [text, params] = statement
         const viaSql = () => exec(sql.unsafe<{ ms: number | null }>(text, params))
-        const rows = on === "transaction" || on === undefined ? viaSql() : on.execute<{ ms: number | null }>(text, params, viaSql)
+        const rows = session === undefined ? viaSql() : session.connection.execute<{ ms: number | null }>(text, params, viaSql)
         return Effect.mapBoth(rows, {
           onFailure: (error) => toTransportError(name, "nextDue", error),
-          onSuccess: ([row]) => row?.ms === null || row?.ms === undefined ? Option.none() : Option.some(Math.max(0, row.ms))
+          onSuccess: ([row]) => dueIn(row?.ms)
         })
       })
 
@@ -560,9 +552,9 @@ export const make = (
         )
         if (ownConnections) {
           // From here on, this fiber's claims (and those of fibers it forks) use a connection of their own.
-          const own = HeldConnection.make(sql)
-          yield* Effect.addFinalizer(() => own.release)
-          yield* Effect.locallyScoped(ownConnection, own)
+          const connection = HeldConnection.make(sql)
+          yield* Effect.addFinalizer(() => connection.release)
+          yield* Effect.locallyScoped(workerSession, { connection, dueHints: new Map() })
         }
         return (maxWait: Duration.Duration) =>
           Effect.async<void>((resume) => {
@@ -761,6 +753,10 @@ const resolveTransports = (
     }
     return resolved
   })
+
+/** `nextDue`'s answer from milliseconds until due (NULL: nothing waits; negative: due already). */
+const dueIn = (ms: number | null | undefined): Option.Option<number> =>
+  ms === null || ms === undefined ? Option.none() : Option.some(Math.max(0, ms))
 
 /** The longest `setTimeout` delay (about 24.8 days). */
 const maxTimeout = 2 ** 31 - 1
