@@ -269,5 +269,16 @@ describe("an empty claim says when the next message is due", () => {
         // Once: the next check asks the database.
         expect(Option.getOrThrow(yield* transport.nextDue("outbox"))).toBeGreaterThan(3_500_000)
       }))
+
+      // The answer is a deadline counted from the claim's send: time spent before the check is not slept again.
+      yield* sql`UPDATE ${sql(table)} SET available_at = now() + interval '5 seconds'`
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* transport.wakeups(["outbox"])
+        expect(yield* transport.claim("outbox", 10)).toEqual([])
+        yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 300))) // real time, on purpose
+        const hinted = Option.getOrThrow(yield* transport.nextDue("outbox"))
+        expect(hinted).toBeGreaterThan(4_000)
+        expect(hinted).toBeLessThanOrEqual(4_700)
+      }))
     })), 60_000)
 })

@@ -393,7 +393,10 @@ export const make = (
     /** What a subscribed worker fiber keeps: its connection, and what its last empty claims said of the next due message. */
     interface WorkerSession {
       readonly connection: HeldConnection.HeldConnection
-      /** Per transport: the answer of its last empty claim (see `claimFunctionSql`), used once by `nextDue`. */
+      /**
+       * Per transport: the answer of its last empty claim (see `claimFunctionSql`) as a deadline on this process's
+       * monotonic clock (`performance.now()`, or null: nothing waits), used once by `nextDue`.
+       */
       readonly dueHints: Map<string, number | null>
     }
     const workerSession = FiberRef.unsafeMake<WorkerSession | undefined>(undefined)
@@ -418,6 +421,7 @@ export const make = (
         const transport = transports.get(name)
         if (transport === undefined) return unknownTransport(name)
         const session = sessionOf(fiber)
+        const sentAt = performance.now()
         const batch = Math.max(1, Math.floor(batchSize))
         const { queueName, redeliverTimeoutMs: leaseMs } = transport
         // Relaxed commit only when the claim is its own transaction.
@@ -430,7 +434,7 @@ export const make = (
           onSuccess: (claimed) => {
             // Leased nothing: the one row says when the next message is due.
             const nothing = claimed.length === 1 && claimed[0]!.id === null
-            if (nothing) session?.dueHints.set(name, claimed[0]!.available_ms)
+            if (nothing) session?.dueHints.set(name, dueAt(sentAt, claimed[0]!.available_ms))
             else session?.dueHints.delete(name)
             return nothing ? [] : claimed.map(toReceived(name)).sort(byAvailability)
           }
@@ -487,16 +491,17 @@ export const make = (
         if (statement === undefined) return unknownTransport(name)
         const session = sessionOf(fiber)
         if (session?.dueHints.has(name)) {
-          const ms = session.dueHints.get(name)!
+          const at = session.dueHints.get(name)!
           session.dueHints.delete(name)
-          return Effect.succeed(dueIn(ms))
+          return Effect.succeed(untilDeadline(at))
         }
+        const sentAt = performance.now()
         const [text, params] = statement
         const viaSql = () => exec(sql.unsafe<{ ms: number | null }>(text, params))
         const rows = session === undefined ? viaSql() : session.connection.execute<{ ms: number | null }>(text, params, viaSql)
         return Effect.mapBoth(rows, {
           onFailure: (error) => toTransportError(name, "nextDue", error),
-          onSuccess: ([row]) => dueIn(row?.ms)
+          onSuccess: ([row]) => untilDeadline(dueAt(sentAt, row?.ms))
         })
       })
 
@@ -755,8 +760,19 @@ const resolveTransports = (
   })
 
 /** `nextDue`'s answer from milliseconds until due (NULL: nothing waits; negative: due already). */
-const dueIn = (ms: number | null | undefined): Option.Option<number> =>
-  ms === null || ms === undefined ? Option.none() : Option.some(Math.max(0, ms))
+/**
+ * The server's "due in `ms`" as a deadline on this process's monotonic clock, counted from when the statement was
+ * sent: the answer is computed when the statement starts, and its response can take milliseconds to arrive (a
+ * machine woken from a long idle answers slowly), so counting from its arrival would wake the worker late. Counted
+ * from the send, the worker wakes at the due time or a little before (then its claim finds nothing and says how long
+ * is left), never after.
+ */
+const dueAt = (sentAt: number, ms: number | null | undefined): number | null =>
+  ms === null || ms === undefined ? null : sentAt + ms
+
+/** Milliseconds from now to `deadline` (none when null). */
+const untilDeadline = (deadline: number | null): Option.Option<number> =>
+  deadline === null ? Option.none() : Option.some(Math.max(0, deadline - performance.now()))
 
 /** The longest `setTimeout` delay (about 24.8 days). */
 const maxTimeout = 2 ** 31 - 1
