@@ -60,24 +60,32 @@ export const starts = () => {
   }
 }
 
+/** Latencies in ms of one run: the warm-up's, and those measured after it. */
+export interface LatencySamples {
+  /** The warm-up messages, from the worker's start: its start-up tail (the JIT still compiling, a fresh database). */
+  readonly startup: Array<number>
+  /** The `messages` after the warm-up: the worker in its steady state. */
+  readonly measured: Array<number>
+}
+
 /**
  * Sends `warmup + messages` one at a time: register, commit (returns the client-side commit time), wait for
- * the handler start, pause `gapMs`. Returns the latencies in ms of the `messages` after the warm-up.
+ * the handler start, pause `gapMs`. Returns the latencies of the warm-up and of the `messages` after it.
  */
 export const produce = async (
   options: LatencyOptions,
   waiter: ReturnType<typeof starts>,
   commit: (n: number) => Promise<number>
-): Promise<Array<number>> => {
-  const out: Array<number> = []
+): Promise<LatencySamples> => {
+  const samples: LatencySamples = { startup: [], measured: [] }
   for (let n = 1; n <= options.warmup + options.messages; n++) {
     const handled = waiter.expect(n)
     const committed = await commit(n)
     const started = await handled
-    if (n > options.warmup) out.push(started - committed)
+    ;(n > options.warmup ? samples.measured : samples.startup).push(started - committed)
     await sleep(options.gapMs)
   }
-  return out
+  return samples
 }
 
 /** Our stack with a handler that receives the message and its envelope. */
@@ -164,7 +172,7 @@ const remoteProducer = async (kind: "ours" | "graphile", url: string) => {
 }
 
 /** Ours: `Worker.run({ transports: ["outbox"] })` with its defaults (sleep 1 s; woken by LISTEN/NOTIFY). */
-export const ours = async (url: string, options: LatencyOptions, placement: Placement): Promise<Array<number>> => {
+export const ours = async (url: string, options: LatencyOptions, placement: Placement): Promise<LatencySamples> => {
   commitClock()
   await Ours.setup(url)
   const waiter = starts()
@@ -224,7 +232,7 @@ export const graphileAddJob = (sql: SqlClient.SqlClient, n: number) =>
  * graphile-worker with its default settings (LISTEN/NOTIFY on `add_job`, 2 s poll interval); the producer is
  * the same Effect application as ours, enqueueing with `add_job` inside `sql.withTransaction`.
  */
-export const graphile = async (url: string, options: LatencyOptions, placement: Placement): Promise<Array<number>> => {
+export const graphile = async (url: string, options: LatencyOptions, placement: Placement): Promise<LatencySamples> => {
   commitClock()
   await Graphile.setup(url)
   const waiter = starts()

@@ -78,8 +78,8 @@ const usage = `npm run bench -- [options]
   --memory-rounds N       rounds of the memory run (default 2; quick 1)
   --pgboss-workers N      pg-boss work() calls on the queue (default 16, its best on the 2-core machine)
   --latency-messages N    latency: messages measured, sent one at a time after the warm-up (default 1000; quick 50)
-  --latency-warmup N      latency: messages sent first, not measured, while the JIT still optimizes the
-                          code of worker and producer (default 1000; quick 10)
+  --latency-warmup N      latency: messages sent first, measured apart as the start-up tail, while the JIT
+                          still optimizes worker and producer (default 3000, ≈ 35 s; quick 10)
   --latency-gap MS        latency: pause after a message was handled before the next (default 10)
   --latency-rounds N      latency: rounds, contenders interleaved, percentiles over all samples (default 3; quick 1)
   --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
@@ -146,7 +146,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     memoryRounds: Math.floor(num("memory-rounds", 2, 1)),
     pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16)),
     latencyMessages,
-    latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 1_000, 10))),
+    latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 3_000, 10))),
     latencyGapMs: num("latency-gap", 10, 10),
     latencyRounds: Math.max(1, Math.floor(num("latency-rounds", 3, 1))),
     delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
@@ -201,6 +201,8 @@ interface LatencyResult {
   readonly settings: string
   /** Commit → handler start, ms, after the warm-up. */
   readonly ms: Latency.Percentiles
+  /** The same during the warm-up: from the worker's start. */
+  readonly startup: Latency.Percentiles
 }
 
 interface DelayedResult {
@@ -451,7 +453,7 @@ const runLatency = async (
   // Rounds interleave the contenders (a slow minute of the machine hits all of them), in an order rotated each
   // round (the first after the other scenarios is not always the same), each after a full garbage collection
   // (none pays for the garbage of the one before); percentiles are taken over the samples of all rounds.
-  const samples = new Map<string, Array<number>>(contenders.map((c) => [c.id, []]))
+  const samples = new Map<string, Latency.LatencySamples>(contenders.map((c) => [c.id, { startup: [], measured: [] }]))
   for (let round = 0; round < o.latencyRounds; round++) {
     const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!)
     for (const c of order) {
@@ -459,9 +461,12 @@ const runLatency = async (
       const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
       try {
         const values = await withDeadline(c.run(db.url), (o.latencyWarmup + o.latencyMessages) * 200 + 60_000, `latency of ${c.id}`)
-        samples.get(c.id)!.push(...values)
-        const p = Latency.percentiles(values)
-        log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(24)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
+        const all = samples.get(c.id)!
+        all.startup.push(...values.startup)
+        all.measured.push(...values.measured)
+        const p = Latency.percentiles(values.measured)
+        const s = Latency.percentiles(values.startup)
+        log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(28)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages; warm-up p99 ${ms(s.p99)})`)
       } finally {
         await db.drop()
       }
@@ -472,7 +477,8 @@ const runLatency = async (
     label: c.label,
     producer: c.producer,
     settings: c.settings,
-    ms: Latency.percentiles(samples.get(c.id)!)
+    ms: Latency.percentiles(samples.get(c.id)!.measured),
+    startup: Latency.percentiles(samples.get(c.id)!.startup)
   }))
   let delayed: DelayedResult | undefined
   if (selected(o, "latency", "ours")) {
@@ -593,7 +599,10 @@ const curveTable = (r: MemoryResult): string =>
 const latencyTable = (results: ReadonlyArray<LatencyResult>): string => {
   const oursWith = (producer: string) => results.find((r) => r.label === "effect-outbox" && r.producer === producer)
   return table(
-    ["contender", "producer", "settings", "messages", "p50", "p95", "p99", "max", "ours ÷ this (p50)", "ours ÷ this (p99)"],
+    [
+      "contender", "producer", "settings", "messages", "p50", "p95", "p99", "max", "ours ÷ this (p50)", "ours ÷ this (p99)",
+      "warm-up p99", "ours ÷ this (warm-up p99)"
+    ],
     results.map((r) => {
       const ours = oursWith(r.producer)
       return [
@@ -606,10 +615,12 @@ const latencyTable = (results: ReadonlyArray<LatencyResult>): string => {
         ms(r.ms.p99),
         ms(r.ms.max),
         ours === undefined || r === ours ? "" : ratio(ours.ms.p50 / r.ms.p50),
-        ours === undefined || r === ours ? "" : ratio(ours.ms.p99 / r.ms.p99)
+        ours === undefined || r === ours ? "" : ratio(ours.ms.p99 / r.ms.p99),
+        ms(r.startup.p99),
+        ours === undefined || r === ours ? "" : ratio(ours.startup.p99 / r.startup.p99)
       ]
     }),
-    ["l", "l", "l", "r", "r", "r", "r", "r", "r", "r"]
+    ["l", "l", "l", "r", "r", "r", "r", "r", "r", "r", "r", "r"]
   )
 }
 
@@ -817,7 +828,8 @@ const main = async () => {
     }
     if (latency !== undefined || delayed !== undefined) {
       sections.push(
-        `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyWarmup} warm-up messages, then ` +
+        `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyWarmup.toLocaleString("en-US")} warm-up messages ` +
+          `(their p99 is shown apart: the start-up tail, while the JIT still compiles), then ` +
           `${o.latencyMessages.toLocaleString("en-US")} measured, committed one at a time, each in its own transaction, the next ` +
           `${o.latencyGapMs} ms after the previous one was handled; time from COMMIT returning in the producer to the handler ` +
           `start, on the machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved (order rotated each round, a full GC before each), ` +

@@ -22,7 +22,7 @@ interface BenchJson {
   readonly burnDown: ReadonlyArray<{ readonly id: string; readonly label: string; readonly rates: Figure }>
   readonly dispatch: ReadonlyArray<{ readonly id: string; readonly label: string; readonly with: Figure; readonly without: Figure }>
   readonly memory: ReadonlyArray<{ readonly id: string; readonly rssFirst: Figure; readonly rssTotal: Figure }>
-  readonly latency: ReadonlyArray<{ readonly id: string; readonly label: string; readonly ms: Percentiles }>
+  readonly latency: ReadonlyArray<{ readonly id: string; readonly label: string; readonly ms: Percentiles; readonly startup: Percentiles }>
   readonly delayed: { readonly delayMs: number; readonly ms: Percentiles }
   readonly recovery: { readonly leaseMs: number; readonly rounds: ReadonlyArray<number>; readonly summary: Figure }
   readonly targets: ReadonlyArray<{ readonly name: string }>
@@ -87,6 +87,9 @@ describe("benchmark (--quick)", () => {
       expect(r.ms.p50, r.id).toBeGreaterThan(0)
       expect(r.ms.p50, r.id).toBeLessThanOrEqual(r.ms.p99)
       expect(r.ms.p99, r.id).toBeLessThanOrEqual(r.ms.max)
+      // The warm-up is measured too, apart (the start-up tail).
+      expect(r.startup.count, r.id).toBeGreaterThan(0)
+      expect(r.startup.p99, r.id).toBeLessThanOrEqual(r.startup.max)
     }
     // Delayed messages are handled after they are due (database clock), not before.
     expect(result.delayed.ms.count).toBeGreaterThan(0)
