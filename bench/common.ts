@@ -3,8 +3,6 @@
  */
 import * as Schema from "effect/Schema"
 import * as path from "node:path"
-import * as v8 from "node:v8"
-import * as vm from "node:vm"
 import { fileURLToPath } from "node:url"
 
 /** The benchmark's message: one integer, a no-op handler. */
@@ -139,12 +137,3 @@ export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 /** The arguments that make a child node process run TypeScript the way this one does (tsx). */
 export const tsNodeArgs = (): Array<string> =>
   process.execArgv.some((a) => a.includes("tsx")) ? [...process.execArgv] : ["--import", "tsx"]
-
-/**
- * A full garbage collection of this process, so that a contender does not pay for the garbage the one before
- * it left (`gc` is exposed at run time; `tsx` gives no way to pass the flag).
- */
-export const collectGarbage: () => void = (() => {
-  v8.setFlagsFromString("--expose-gc")
-  return vm.runInNewContext("gc") as () => void
-})()

@@ -45,9 +45,8 @@ export interface LatencyOptions {
 export const starts = () => {
   const waiting = new Map<number, (t: number) => void>()
   return {
-    /** Called by the handler. */
-    started: (n: number) => {
-      const t = monotonicMs()
+    /** Called when the handler of message `n` started (now, or at `t`: a time taken in another process). */
+    started: (n: number, t: number = monotonicMs()) => {
       const resolve = waiting.get(n)
       if (resolve !== undefined) {
         waiting.delete(n)
@@ -137,53 +136,156 @@ const dispatchOne = (n: number, delayMs?: number) =>
     return committedAt()
   })
 
+/** The two contenders of the latency scenario. */
+export type Kind = "ours" | "graphile"
+
 /** Where the producer runs: a process of its own, or the worker's process. */
 export type Placement = "own-process" | "worker-process"
 
-/** A producer child process (bench/latency-producer.ts): `commit(n)` resolves with the time COMMIT returned there. */
-const remoteProducer = async (kind: "ours" | "graphile", url: string) => {
-  const child = fork(path.join(root, "bench", "latency-producer.ts"), [kind, url], {
+/**
+ * A contender's producer: the same Effect application for both, each message committed in its own
+ * `sql.withTransaction` through @effect/sql-pg — ours enqueues with `Outbox.dispatch`, graphile-worker's with its
+ * `add_job` SQL function on the transaction's connection (its transactional way). `commit(n)` resolves with the
+ * time the COMMIT's response reached the `pg` client.
+ */
+export const producer = async (kind: Kind, url: string) => {
+  commitClock()
+  const client = PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })
+  if (kind === "ours") {
+    const runtime = ManagedRuntime.make(Outbox.layer().pipe(Layer.provideMerge(PgTransport.layer({ table })), Layer.provideMerge(client)))
+    await runtime.runPromise(Effect.void)
+    return {
+      commit: (n: number) => runtime.runPromise(quiet(dispatchOne(n))),
+      close: () => runtime.dispose()
+    }
+  }
+  const runtime = ManagedRuntime.make(client)
+  const sql = await runtime.runPromise(SqlClient.SqlClient)
+  return {
+    commit: (n: number) => runtime.runPromise(quiet(sql.withTransaction(graphileAddJob(sql, n)).pipe(Effect.map(committedAt)))),
+    close: () => runtime.dispose()
+  }
+}
+
+/**
+ * A contender's worker with its default settings, calling `started(n)` when the handler of message `n` starts:
+ * ours `Worker.run({ transports: ["outbox"] })` (sleep 1 s; woken by LISTEN/NOTIFY), graphile-worker `run()` (LISTEN/NOTIFY
+ * on `add_job`, 2 s poll interval). Resolves once the worker is running; `close` stops it.
+ */
+export const worker = async (kind: Kind, url: string, started: (n: number) => void) => {
+  if (kind === "ours") {
+    const runtime = ManagedRuntime.make(ourLayer(url, (n) => Effect.sync(() => started(n))))
+    await runtime.runPromise(Effect.void) // the pool and its first connection before the worker starts
+    const fiber = runtime.runFork(quiet(Worker.run({ transports: [queue] })))
+    return {
+      close: async () => {
+        await runtime.runPromise(Fiber.interrupt(fiber))
+        await runtime.dispose()
+      }
+    }
+  }
+  const runner = await run({
+    connectionString: url,
+    logger: graphileLogger,
+    noHandleSignals: true,
+    taskList: {
+      [peerQueue]: (payload) => {
+        started((payload as { n: number }).n)
+      }
+    }
+  })
+  return { close: () => runner.stop() }
+}
+
+/** What a latency node process does (bench/latency-node.ts): run the worker, the producer, or both. */
+export type Role = "worker" | "producer" | "worker+producer"
+
+/**
+ * A child process running a contender's worker and/or producer (bench/latency-node.ts): `commit(n)` resolves with
+ * the time the COMMIT returned there, `started(n)` is called with the time a handler started there — both on the
+ * clock every process of the machine shares.
+ */
+const node = async (kind: Kind, url: string, role: Role, started: (n: number, at: number) => void) => {
+  const child = fork(path.join(root, "bench", "latency-node.ts"), [kind, url, role], {
     cwd: root,
     execArgv: tsNodeArgs(),
     stdio: ["ignore", "inherit", "inherit", "ipc"]
   })
   const waiting = new Map<number, { resolve: (at: number) => void; reject: (e: Error) => void }>()
   let ready: () => void = () => {}
-  const readyPromise = new Promise<void>((resolve) => (ready = resolve))
-  child.on("message", (m: { ready?: boolean; n?: number; at?: number; error?: string }) => {
-    if (m.ready) return ready()
-    const w = waiting.get(m.n!)
-    waiting.delete(m.n!)
-    if (m.error !== undefined) w?.reject(new Error(`producer: ${m.error}`))
-    else w?.resolve(m.at!)
+  let failed: (e: Error) => void = () => {}
+  const readyPromise = new Promise<void>((resolve, reject) => {
+    ready = resolve
+    failed = reject
   })
-  await withDeadline(readyPromise, 60_000, `the ${kind} producer process`)
+  child.on("exit", (code) => failed(new Error(`the ${kind} ${role} process exited (${code})`)))
+  child.on("message", (m: NodeMessage) => {
+    if ("ready" in m) return ready()
+    if ("started" in m) return started(m.started, m.at)
+    const w = waiting.get(m.n)
+    waiting.delete(m.n)
+    if ("error" in m) w?.reject(new Error(`${kind} producer: ${m.error}`))
+    else w?.resolve(m.committed)
+  })
+  await withDeadline(readyPromise, 60_000, `the ${kind} ${role} process`)
   return {
-    commit: (n: number) => new Promise<number>((resolve, reject) => {
-      waiting.set(n, { resolve, reject })
-      child.send({ n })
-    }),
+    commit: (n: number) =>
+      new Promise<number>((resolve, reject) => {
+        waiting.set(n, { resolve, reject })
+        child.send({ n })
+      }),
     close: async () => {
       const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
       child.disconnect()
-      await withDeadline(exited, 10_000, "the producer's exit").catch(() => child.kill("SIGKILL"))
+      await withDeadline(exited, 15_000, `the ${kind} ${role} process's exit`).catch(() => child.kill("SIGKILL"))
     }
   }
 }
 
-/** Ours: `Worker.run({ transports: ["outbox"] })` with its defaults (sleep 1 s; woken by LISTEN/NOTIFY). */
-export const ours = async (url: string, options: LatencyOptions, placement: Placement): Promise<LatencySamples> => {
-  commitClock()
-  await Ours.setup(url)
-  const waiter = starts()
-  const remote = placement === "own-process" ? await remoteProducer("ours", url) : undefined
+/** Messages of a latency node to the benchmark process. */
+export type NodeMessage =
+  | { readonly ready: true }
+  | { readonly started: number; readonly at: number }
+  | { readonly n: number; readonly committed: number }
+  | { readonly n: number; readonly error: string }
+
+/**
+ * The contenders measured side by side: each in processes of its own (its worker, with the producer in the same
+ * process or in another), on a database of its own, all running at once; message `n` is committed for one contender,
+ * its handler start awaited, then — after `gapMs` — for the other, the order swapped every message. A slow stretch of
+ * the shared machine (another tenant, a checkpoint) then falls on both alike, and neither inherits the garbage or the
+ * compiled code of the other or of the scenarios before. Returns each contender's latencies.
+ */
+export const sideBySide = async (
+  contenders: ReadonlyArray<{ readonly kind: Kind; readonly url: string }>,
+  options: LatencyOptions,
+  placement: Placement
+): Promise<Array<LatencySamples>> => {
+  const running: Array<{ readonly close: () => Promise<void> }> = []
   try {
-    return await withWorker(ourLayer(url, (n) => Effect.sync(() => waiter.started(n))), { transports: [queue] }, async (runtime) => {
-      await sleep(300) // the worker has claimed nothing and waits
-      return produce(options, waiter, remote?.commit ?? ((n) => runtime.runPromise(quiet(dispatchOne(n)))))
-    })
+    const sides = []
+    for (const { kind, url } of contenders) {
+      await (kind === "ours" ? Ours.setup(url) : Graphile.setup(url))
+      const waiter = starts()
+      const workerNode = await node(kind, url, placement === "worker-process" ? "worker+producer" : "worker", waiter.started)
+      running.push(workerNode)
+      const producerNode = placement === "worker-process" ? workerNode : await node(kind, url, "producer", () => {})
+      if (producerNode !== workerNode) running.push(producerNode)
+      sides.push({ waiter, commit: producerNode.commit, samples: { startup: [], measured: [] } as LatencySamples })
+    }
+    for (let n = 1; n <= options.warmup + options.messages; n++) {
+      for (let i = 0; i < sides.length; i++) {
+        const side = sides[n % 2 === 0 ? i : sides.length - 1 - i]!
+        const handled = side.waiter.expect(n)
+        const committed = await side.commit(n)
+        const started = await handled
+        ;(n > options.warmup ? side.samples.measured : side.samples.startup).push(started - committed)
+        await sleep(options.gapMs)
+      }
+    }
+    return sides.map((side) => side.samples)
   } finally {
-    await remote?.close()
+    for (const r of running.reverse()) await r.close()
   }
 }
 
@@ -227,38 +329,6 @@ const graphileLogger = new GraphileLogger(() => (level, message) => {
 /** graphile-worker's enqueue from an Effect application: its `add_job` SQL function on the caller's connection. */
 export const graphileAddJob = (sql: SqlClient.SqlClient, n: number) =>
   sql`SELECT graphile_worker.add_job(${peerQueue}, json_build_object('n', ${n}::int))`
-
-/**
- * graphile-worker with its default settings (LISTEN/NOTIFY on `add_job`, 2 s poll interval); the producer is
- * the same Effect application as ours, enqueueing with `add_job` inside `sql.withTransaction`.
- */
-export const graphile = async (url: string, options: LatencyOptions, placement: Placement): Promise<LatencySamples> => {
-  commitClock()
-  await Graphile.setup(url)
-  const waiter = starts()
-  const remote = placement === "own-process" ? await remoteProducer("graphile", url) : undefined
-  const runner = await run({
-    connectionString: url,
-    logger: graphileLogger,
-    noHandleSignals: true,
-    taskList: {
-      [peerQueue]: (payload) => {
-        waiter.started((payload as { n: number }).n)
-      }
-    }
-  })
-  const app = remote === undefined ? ManagedRuntime.make(PgClient.layer({ url: Redacted.make(url), maxConnections: 4 })) : undefined
-  try {
-    const sql = app === undefined ? undefined : await app.runPromise(SqlClient.SqlClient)
-    await sleep(300)
-    return await produce(options, waiter, remote?.commit ?? ((n) =>
-      app!.runPromise(sql!.withTransaction(graphileAddJob(sql!, n)).pipe(Effect.map(() => committedAt())))))
-  } finally {
-    await app?.dispose()
-    await runner.stop()
-    await remote?.close()
-  }
-}
 
 /** The p-th percentile (nearest rank) of `values`. */
 export const percentile = (values: ReadonlyArray<number>, p: number): number => {

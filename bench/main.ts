@@ -14,7 +14,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { burnDownSvg } from "./chart.js"
 import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
-import { type BurnDownContender, businessTableSql, collectGarbage, type DispatchContender, root, tsNodeArgs, withDeadline } from "./common.js"
+import { type BurnDownContender, businessTableSql, type DispatchContender, root, tsNodeArgs, withDeadline } from "./common.js"
 import * as Graphile from "./graphile.js"
 import * as Latency from "./latency.js"
 import * as Ours from "./ours.js"
@@ -81,7 +81,8 @@ const usage = `npm run bench -- [options]
   --latency-warmup N      latency: messages sent first, measured apart as the start-up tail, while the JIT
                           still optimizes worker and producer (default 3000, ≈ 35 s; quick 10)
   --latency-gap MS        latency: pause after a message was handled before the next (default 10)
-  --latency-rounds N      latency: rounds, contenders interleaved, percentiles over all samples (default 3; quick 1)
+  --latency-rounds N      latency: rounds, each on fresh databases and processes, the contenders side by side
+                          (message by message), percentiles over all samples (default 3; quick 1)
   --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
   --delay MS              latency: their delay (default 300)
   --recovery-rounds N     recovery rounds (default 3; quick 1)
@@ -424,20 +425,15 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
   return results
 }
 
-const latencyContenders = (o: Options) => {
-  const options = { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs }
+const latencyContenders = () => {
   const ours = "`Worker.run({ transports: [\"outbox\"] })`: defaults (batchSize 50, sleep 1 s), LISTEN/NOTIFY wake-up"
   const graphile = "no options (LISTEN/NOTIFY on `add_job`, pollInterval 2 s)"
   return [
-    { id: "ours", label: "effect-outbox", producer: "worker's process", settings: ours,
-      run: (url: string) => Latency.ours(url, options, "worker-process") },
-    { id: "graphile-default", label: "graphile-worker, defaults", producer: "worker's process", settings: graphile,
-      run: (url: string) => Latency.graphile(url, options, "worker-process") },
-    { id: "ours-own-process", label: "effect-outbox", producer: "own process", settings: ours,
-      run: (url: string) => Latency.ours(url, options, "own-process") },
-    { id: "graphile-default-own-process", label: "graphile-worker, defaults", producer: "own process", settings: graphile,
-      run: (url: string) => Latency.graphile(url, options, "own-process") }
-  ]
+    { id: "ours", kind: "ours", label: "effect-outbox", placement: "worker-process", producer: "worker's process", settings: ours },
+    { id: "graphile-default", kind: "graphile", label: "graphile-worker, defaults", placement: "worker-process", producer: "worker's process", settings: graphile },
+    { id: "ours-own-process", kind: "ours", label: "effect-outbox", placement: "own-process", producer: "own process", settings: ours },
+    { id: "graphile-default-own-process", kind: "graphile", label: "graphile-worker, defaults", placement: "own-process", producer: "own process", settings: graphile }
+  ] as const
 }
 
 const selected = (o: Options, scenario: string, id: string) =>
@@ -449,26 +445,34 @@ const runLatency = async (
   cluster: Cluster,
   o: Options
 ): Promise<{ readonly latency: Array<LatencyResult>; readonly delayed: DelayedResult | undefined }> => {
-  const contenders = latencyContenders(o).filter((c) => selected(o, "latency", c.id))
-  // Rounds interleave the contenders (a slow minute of the machine hits all of them), in an order rotated each
-  // round (the first after the other scenarios is not always the same), each after a full garbage collection
-  // (none pays for the garbage of the one before); percentiles are taken over the samples of all rounds.
+  const contenders = latencyContenders().filter((c) => selected(o, "latency", c.id))
+  const options = { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs }
+  // Per placement, the contenders run side by side, message by message (see `Latency.sideBySide`); each round on
+  // fresh databases and fresh processes, the placements' order swapped every round; percentiles over all rounds.
+  const placements = (["worker-process", "own-process"] as const).filter((p) => contenders.some((c) => c.placement === p))
   const samples = new Map<string, Latency.LatencySamples>(contenders.map((c) => [c.id, { startup: [], measured: [] }]))
   for (let round = 0; round < o.latencyRounds; round++) {
-    const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!)
-    for (const c of order) {
-      collectGarbage()
-      const db = await freshDatabase(cluster.adminUrl, `${c.id}_latency`)
+    for (const placement of round % 2 === 0 ? placements : [...placements].reverse()) {
+      const side = contenders.filter((c) => c.placement === placement)
+      const dbs: Array<Awaited<ReturnType<typeof freshDatabase>>> = []
       try {
-        const values = await withDeadline(c.run(db.url), (o.latencyWarmup + o.latencyMessages) * 200 + 60_000, `latency of ${c.id}`)
-        const all = samples.get(c.id)!
-        all.startup.push(...values.startup)
-        all.measured.push(...values.measured)
-        const p = Latency.percentiles(values.measured)
-        const s = Latency.percentiles(values.startup)
-        log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(28)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages; warm-up p99 ${ms(s.p99)})`)
+        for (const c of side) dbs.push(await freshDatabase(cluster.adminUrl, `${c.id}_latency`))
+        const results = await withDeadline(
+          Latency.sideBySide(side.map((c, i) => ({ kind: c.kind, url: dbs[i]!.url })), options, placement),
+          side.length * (o.latencyWarmup + o.latencyMessages) * 200 + 120_000,
+          `latency, producer in the ${placement}`
+        )
+        side.forEach((c, i) => {
+          const values = results[i]!
+          const all = samples.get(c.id)!
+          all.startup.push(...values.startup)
+          all.measured.push(...values.measured)
+          const p = Latency.percentiles(values.measured)
+          const s = Latency.percentiles(values.startup)
+          log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(28)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages; warm-up p99 ${ms(s.p99)})`)
+        })
       } finally {
-        await db.drop()
+        for (const db of dbs) await db.drop()
       }
     }
   }
@@ -828,12 +832,14 @@ const main = async () => {
     }
     if (latency !== undefined || delayed !== undefined) {
       sections.push(
-        `### Latency\n\nAn idle queue and a worker already running and idle; ${o.latencyWarmup.toLocaleString("en-US")} warm-up messages ` +
-          `(their p99 is shown apart: the start-up tail, while the JIT still compiles), then ` +
-          `${o.latencyMessages.toLocaleString("en-US")} measured, committed one at a time, each in its own transaction, the next ` +
-          `${o.latencyGapMs} ms after the previous one was handled; time from COMMIT returning in the producer to the handler ` +
-          `start, on the machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} with the contenders interleaved (order rotated each round, a full GC before each), ` +
-          `percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
+        `### Latency\n\nAn idle queue and a worker already running and idle, each contender in processes of its own on a ` +
+          `database of its own, both running at once: message *n* is committed for one, its handler start awaited, then ` +
+          `${o.latencyGapMs} ms later for the other (the order swapped every message), so a slow stretch of the machine falls on ` +
+          `both alike. ${o.latencyWarmup.toLocaleString("en-US")} warm-up messages each (their p99 is shown apart: the ` +
+          `start-up tail, while the JIT still compiles), then ${o.latencyMessages.toLocaleString("en-US")} measured, each ` +
+          `committed in its own transaction; time from COMMIT returning in the producer to the handler start, on the ` +
+          `machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ` +
+          `${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} on fresh databases and processes, percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
           `committed with \`@effect/sql\`'s \`sql.withTransaction\`, enqueued with \`Outbox.dispatch\` for ours and with ` +
           `graphile-worker's \`add_job\` SQL function on the transaction's connection for graphile (its transactional way). ` +
           `It runs in the worker's process (the targets are checked there), and again in a process of its own.\n\n` +
