@@ -759,7 +759,6 @@ const resolveTransports = (
     return resolved
   })
 
-/** `nextDue`'s answer from milliseconds until due (NULL: nothing waits; negative: due already). */
 /**
  * The server's "due in `ms`" as a deadline on this process's monotonic clock, counted from when the statement was
  * sent: the answer is computed when the statement starts, and its response can take milliseconds to arrive (a
