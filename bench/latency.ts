@@ -78,13 +78,17 @@ export const produce = async (
 ): Promise<LatencySamples> => {
   const samples: LatencySamples = { startup: [], measured: [] }
   for (let n = 1; n <= options.warmup + options.messages; n++) {
-    const handled = waiter.expect(n)
-    const committed = await commit(n)
-    const started = await handled
-    ;(n > options.warmup ? samples.measured : samples.startup).push(started - committed)
+    ;(n > options.warmup ? samples.measured : samples.startup).push(await commitAndAwait(waiter, commit, n))
     await sleep(options.gapMs)
   }
   return samples
+}
+
+/** Commits message `n` and waits for its handler to start; returns the latency in ms. */
+const commitAndAwait = async (waiter: ReturnType<typeof starts>, commit: (n: number) => Promise<number>, n: number) => {
+  const handled = waiter.expect(n)
+  const committed = await commit(n)
+  return (await handled) - committed
 }
 
 /** Our stack with a handler that receives the message and its envelope. */
@@ -111,17 +115,33 @@ export const withWorker = async <R, E, A>(
   options: Worker.WorkerOptions,
   body: (runtime: ManagedRuntime.ManagedRuntime<R, E>) => Promise<A>
 ): Promise<A> => {
+  const running = await startWorker(layer, options)
+  try {
+    return await body(running.runtime)
+  } finally {
+    await running.close()
+  }
+}
+
+/** Starts `Worker.run(options)` in the background of a runtime over `layer`; `close` interrupts it and disposes the runtime. */
+const startWorker = async <R, E>(layer: Layer.Layer<R, E, never>, options: Worker.WorkerOptions) => {
   const runtime = ManagedRuntime.make(layer)
   try {
     await runtime.runPromise(Effect.void) // build the layer (pool, first connection) before the worker starts
-    const worker = runtime.runFork(quiet(Worker.run(options) as unknown as Effect.Effect<unknown, unknown, R>))
-    try {
-      return await body(runtime)
-    } finally {
-      await runtime.runPromise(Fiber.interrupt(worker))
-    }
-  } finally {
+  } catch (error) {
     await runtime.dispose()
+    throw error
+  }
+  const fiber = runtime.runFork(quiet(Worker.run(options) as unknown as Effect.Effect<unknown, unknown, R>))
+  return {
+    runtime,
+    close: async () => {
+      try {
+        await runtime.runPromise(Fiber.interrupt(fiber))
+      } finally {
+        await runtime.dispose()
+      }
+    }
   }
 }
 
@@ -173,17 +193,7 @@ export const producer = async (kind: Kind, url: string) => {
  * on `add_job`, 2 s poll interval). Resolves once the worker is running; `close` stops it.
  */
 export const worker = async (kind: Kind, url: string, started: (n: number) => void) => {
-  if (kind === "ours") {
-    const runtime = ManagedRuntime.make(ourLayer(url, (n) => Effect.sync(() => started(n))))
-    await runtime.runPromise(Effect.void) // the pool and its first connection before the worker starts
-    const fiber = runtime.runFork(quiet(Worker.run({ transports: [queue] })))
-    return {
-      close: async () => {
-        await runtime.runPromise(Fiber.interrupt(fiber))
-        await runtime.dispose()
-      }
-    }
-  }
+  if (kind === "ours") return startWorker(ourLayer(url, (n) => Effect.sync(() => started(n))), { transports: [queue] })
   const runner = await run({
     connectionString: url,
     logger: graphileLogger,
@@ -276,10 +286,7 @@ export const sideBySide = async (
     for (let n = 1; n <= options.warmup + options.messages; n++) {
       for (let i = 0; i < sides.length; i++) {
         const side = sides[n % 2 === 0 ? i : sides.length - 1 - i]!
-        const handled = side.waiter.expect(n)
-        const committed = await side.commit(n)
-        const started = await handled
-        ;(n > options.warmup ? side.samples.measured : side.samples.startup).push(started - committed)
+        ;(n > options.warmup ? side.samples.measured : side.samples.startup).push(await commitAndAwait(side.waiter, side.commit, n))
         await sleep(options.gapMs)
       }
     }
