@@ -934,7 +934,7 @@ const processBatch = (
   batch: ReadonlyArray<ReceivedMessage>,
   onStart: () => void
 ) =>
-  Effect.gen(function*() {
+  Effect.suspend(() => {
     const { counts, ledger, options, registry, strategy, transport } = state
     const onEvent = options.onEvent
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
@@ -1040,19 +1040,9 @@ const processBatch = (
     // the handlers in flight down with it: they get `shutdownTimeout` to finish and record their outcomes,
     // then they are interrupted and their messages released. (A racing Effect.timeout would be
     // interrupted with us: a daemon timer interrupts the runner instead.)
-    return yield* Effect.uninterruptibleMask((restore) =>
+    // After an interruption, the handlers in flight get `shutdownTimeout` to finish (then the runner is interrupted).
+    const drain = <E>(work: BatchHandle<E>, joined: Exit.Exit<void, E>) =>
       Effect.gen(function*() {
-        onStart()
-        ledger.batchStartedAt = Date.now()
-        // A batch still running after `ackInterval`: its finished messages are acked by the writer, not at its end.
-        const longBatch = ledger.acksRideOnClaims ? setTimeout(() => wakeWriter(ledger), ackIntervalMs) : undefined
-        const work = runner.submit(Effect.forEach(batch, one, { concurrency, discard: true }))
-        const joined = yield* Effect.exit(restore(work.await))
-        clearTimeout(longBatch)
-        if (Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)) {
-          yield* settle
-          return yield* joined
-        }
         draining = true
         yield* Effect.logInfo(
           `outbox worker: shutting down, waiting up to ${Duration.format(state.shutdownTimeout)} for the handlers in flight`
@@ -1068,5 +1058,26 @@ const processBatch = (
         yield* settle
         return yield* joined
       })
-    )
+
+    // The batch runs in the runner's daemon fiber, so that interrupting the worker (SIGTERM) does not take
+    // the handlers in flight down with it: they get `shutdownTimeout` to finish and record their outcomes,
+    // then they are interrupted and their messages released. (A racing Effect.timeout would be
+    // interrupted with us: a daemon timer interrupts the runner instead.) No generator on this path: it is
+    // the one between a claim's answer and the handler's start.
+    return Effect.uninterruptibleMask((restore) => {
+      onStart()
+      ledger.batchStartedAt = Date.now()
+      // A batch still running after `ackInterval`: its finished messages are acked by the writer, not at its end.
+      // (A single message's ack is pushed when the batch ends: `pushAck` wakes the writer if it ran that long.)
+      const longBatch = ledger.acksRideOnClaims && batch.length > 1
+        ? setTimeout(() => wakeWriter(ledger), ackIntervalMs)
+        : undefined
+      const work = runner.submit(batch.length === 1 ? one(batch[0]!) : Effect.forEach(batch, one, { concurrency, discard: true }))
+      return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
+        clearTimeout(longBatch)
+        return Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)
+          ? Effect.zipRight(settle, joined)
+          : drain(work, joined)
+      })
+    })
   })
