@@ -801,19 +801,21 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
   const claim = (name: string, size: number) =>
     Effect.suspend(() => {
       const acks = transport.ackAndClaim === undefined ? [] : takeAcks(ledger, name)
-      const claimed = acks.length === 0
-        ? transport.claim(name, size)
-        : transport.ackAndClaim!(name, acks, size).pipe(
-          Effect.tapBoth({
-            onFailure: () => Effect.sync(() => requeueAcks(ledger, name, acks)),
-            onSuccess: () => Effect.sync(() => settled(ledger, name, acks))
-          })
-        )
-      return Effect.tap(claimed, (rows) =>
-        Effect.sync(() => {
+      const claimed = acks.length === 0 ? transport.claim(name, size) : transport.ackAndClaim!(name, acks, size)
+      // The bookkeeping of both outcomes in one step (this is on the way to the handler): the acks of a failed
+      // ack-and-claim are queued again; the claimed messages are held (their leases renewed) from here on.
+      return Effect.mapBoth(claimed, {
+        onFailure: (error) => {
+          if (acks.length > 0) requeueAcks(ledger, name, acks)
+          return error
+        },
+        onSuccess: (rows) => {
+          if (acks.length > 0) settled(ledger, name, acks)
           const held = heldOf(ledger, name)
           for (const row of rows) held.add(row.id)
-        }))
+          return rows
+        }
+      })
     }).pipe(Effect.uninterruptible)
   // Claims not handed to handlers (a limit, shutdown, a failure, a higher-priority transport) go back at once.
   const releaseAhead = (name: string) =>
@@ -841,6 +843,8 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
   let runner: BatchRunner | undefined
   return Effect.gen(function*() {
     runner = yield* makeBatchRunner(state.registry)
+    // Read synchronously between messages (the fiber's clock: a TestClock in tests).
+    const clock = yield* Effect.clock
     const batchSize = Math.max(1, Math.floor(options.batchSize ?? 50))
     const sleepMs = Duration.toMillis(Duration.decode(options.sleep ?? "1 second"))
     const prefetch = options.prefetch ?? true
@@ -848,7 +852,7 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
     while (true) {
       let found = false
       for (const name of options.transports) {
-        const reason = limitReached(state, yield* Clock.currentTimeMillis)
+        const reason = limitReached(state, clock.unsafeCurrentTimeMillis())
         if (reason !== undefined) return yield* stop(state, reason)
         const { counts } = state
         const remaining = options.limit === undefined
@@ -858,14 +862,11 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
         const ahead = prefetched.get(name)
         // Claimed rows are "in hand" until processBatch takes them: an interruption in between releases them.
         const batch = yield* Effect.uninterruptibleMask((restore) =>
-          (ahead === undefined ? claim(name, size) : Effect.flatten(restore(Fiber.await(ahead)))).pipe(
-            Effect.tap((rows) =>
-              Effect.sync(() => {
-                prefetched.delete(name)
-                if (rows.length > 0) inHand = { name, rows }
-              })
-            )
-          )
+          Effect.map(ahead === undefined ? claim(name, size) : Effect.flatten(restore(Fiber.await(ahead))), (rows) => {
+            prefetched.delete(name)
+            if (rows.length > 0) inHand = { name, rows }
+            return rows
+          })
         )
         if (batch.length === 0) continue
         found = true
@@ -886,7 +887,7 @@ const consumeLoop = (state: RunState, wake: (maxWait: Duration.Duration) => Effe
         })
         break
       }
-      const now = yield* Clock.currentTimeMillis
+      const now = clock.unsafeCurrentTimeMillis()
       const reason = limitReached(state, now)
       if (reason !== undefined) return yield* stop(state, reason)
       if (!found) {
