@@ -82,7 +82,7 @@ const usage = `npm run bench -- [options]
                           still optimizes worker and producer (default 3000, ≈ 35 s; quick 10)
   --latency-gap MS        latency: pause after a message was handled before the next (default 10)
   --latency-rounds N      latency: rounds, each on fresh databases and processes, the contenders side by side
-                          (message by message), percentiles over all samples (default 3; quick 1)
+                          (message by message), percentiles over all samples (default 5; quick 1)
   --delayed-messages N    latency: delayed messages of ours (default 50; quick 5)
   --delay MS              latency: their delay (default 300)
   --recovery-rounds N     recovery rounds (default 3; quick 1)
@@ -149,7 +149,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     latencyMessages,
     latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 3_000, 10))),
     latencyGapMs: num("latency-gap", 10, 10),
-    latencyRounds: Math.max(1, Math.floor(num("latency-rounds", 3, 1))),
+    latencyRounds: Math.max(1, Math.floor(num("latency-rounds", 5, 1))),
     delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
     delayMs: num("delay", 300, 300),
     recoveryRounds: Math.floor(num("recovery-rounds", 3, 1)),
@@ -734,6 +734,9 @@ const versionOf = (name: string): string => {
   }
 }
 
+/** Whether the library's modules resolve to the compiled `dist/` (bench/compiled-library.mjs), as in `npm run bench`. */
+const runsCompiled = (): boolean => import.meta.resolve("../src/programs/Worker.js").includes("/dist/")
+
 const ownVersion = (): string =>
   (JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")) as { version: string }).version
 
@@ -798,7 +801,8 @@ const main = async () => {
       `- Node.js ${process.version}; PostgreSQL ${info.version} on the same machine (${cluster.origin})`,
       `- PostgreSQL settings: ${Object.entries(info.settings).map(([k, v]) => `${k}=${v}`).join(", ")}`,
       `- Versions: ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join(", ")}`,
-      `- Raw-SQL contender runs the transport's own claim statement (its claim function, acks included): ${statementsMatch ? "yes (checked at run time)" : "NO — bench/raw.ts is out of date"}`
+      `- Raw-SQL contender runs the transport's own claim statement (its claim function, acks included): ${statementsMatch ? "yes (checked at run time)" : "NO — bench/raw.ts is out of date"}`,
+      `- effect-outbox runs as published, tsc-compiled JavaScript (\`dist/\`, see bench/compiled-library.mjs): ${runsCompiled() ? "yes" : "NO — its TypeScript sources through tsx"}`
     ].join("\n")
 
     const sections: Array<string> = []

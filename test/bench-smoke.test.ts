@@ -112,3 +112,33 @@ describe("benchmark (--quick)", () => {
     }
   }, 240_000)
 })
+
+describe("benchmark: the library as published (bench/compiled-library.mjs)", () => {
+  type Resolve = (
+    specifier: string,
+    context: unknown,
+    next: (specifier: string, context: unknown) => Promise<{ readonly url: string; readonly format?: string }>
+  ) => Promise<{ readonly url: string; readonly format?: string }>
+  const hooks = () => import(path.join(root, "bench", "compiled-library-hooks.mjs")) as Promise<{ readonly resolve: Resolve }>
+  const srcUrl = (file: string) => new URL(`src/${file}`, `file://${root}/`).href
+
+  it("resolves a source module to its compiled file, and keeps the source when there is none", async () => {
+    const { resolve } = await hooks()
+    const fs = await import("node:fs")
+    const compiled = path.join(root, "dist", "__compiled-library-test.js")
+    fs.mkdirSync(path.dirname(compiled), { recursive: true })
+    fs.writeFileSync(compiled, "export {}\n")
+    try {
+      const to = (url: string) => () => Promise.resolve({ url, format: "module-typescript" })
+      const mapped = await resolve("../src/__compiled-library-test.js", {}, to(srcUrl("__compiled-library-test.ts")))
+      expect(mapped.url).toBe(new URL("dist/__compiled-library-test.js", `file://${root}/`).href)
+      expect(mapped.format).toBe("module")
+      const kept = await resolve("../src/__not-compiled.js", {}, to(srcUrl("__not-compiled.ts")))
+      expect(kept.url).toBe(srcUrl("__not-compiled.ts"))
+      const other = await resolve("effect", {}, to("file:///somewhere/node_modules/effect/dist/esm/index.js"))
+      expect(other.url).toBe("file:///somewhere/node_modules/effect/dist/esm/index.js")
+    } finally {
+      fs.rmSync(compiled, { force: true })
+    }
+  })
+})
