@@ -1037,10 +1037,6 @@ const processBatch = (
       return giveBack(ledger, transport, name, Array.from(unstarted))
     })
 
-    // The batch runs in the runner's daemon fiber, so that interrupting the worker (SIGTERM) does not take
-    // the handlers in flight down with it: they get `shutdownTimeout` to finish and record their outcomes,
-    // then they are interrupted and their messages released. (A racing Effect.timeout would be
-    // interrupted with us: a daemon timer interrupts the runner instead.)
     // After an interruption, the handlers in flight get `shutdownTimeout` to finish (then the runner is interrupted).
     const drain = <E>(work: BatchHandle<E>, joined: Exit.Exit<void, E>) =>
       Effect.gen(function*() {
