@@ -5,8 +5,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { spawn } from "node:child_process"
+import * as fs from "node:fs"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { adminUrl } from "./support/database.js"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
@@ -120,21 +121,20 @@ describe("benchmark: the library as published (bench/compiled-library.mjs)", () 
     next: (specifier: string, context: unknown) => Promise<{ readonly url: string; readonly format?: string }>
   ) => Promise<{ readonly url: string; readonly format?: string }>
   const hooks = () => import(path.join(root, "bench", "compiled-library-hooks.mjs")) as Promise<{ readonly resolve: Resolve }>
-  const srcUrl = (file: string) => new URL(`src/${file}`, `file://${root}/`).href
+  const inRoot = (file: string) => pathToFileURL(path.join(root, file)).href
 
   it("resolves a source module to its compiled file, and keeps the source when there is none", async () => {
     const { resolve } = await hooks()
-    const fs = await import("node:fs")
     const compiled = path.join(root, "dist", "__compiled-library-test.js")
     fs.mkdirSync(path.dirname(compiled), { recursive: true })
     fs.writeFileSync(compiled, "export {}\n")
     try {
       const to = (url: string) => () => Promise.resolve({ url, format: "module-typescript" })
-      const mapped = await resolve("../src/__compiled-library-test.js", {}, to(srcUrl("__compiled-library-test.ts")))
-      expect(mapped.url).toBe(new URL("dist/__compiled-library-test.js", `file://${root}/`).href)
+      const mapped = await resolve("../src/__compiled-library-test.js", {}, to(inRoot("src/__compiled-library-test.ts")))
+      expect(mapped.url).toBe(inRoot("dist/__compiled-library-test.js"))
       expect(mapped.format).toBe("module")
-      const kept = await resolve("../src/__not-compiled.js", {}, to(srcUrl("__not-compiled.ts")))
-      expect(kept.url).toBe(srcUrl("__not-compiled.ts"))
+      const kept = await resolve("../src/__not-compiled.js", {}, to(inRoot("src/__not-compiled.ts")))
+      expect(kept.url).toBe(inRoot("src/__not-compiled.ts"))
       const other = await resolve("effect", {}, to("file:///somewhere/node_modules/effect/dist/esm/index.js"))
       expect(other.url).toBe("file:///somewhere/node_modules/effect/dist/esm/index.js")
     } finally {
