@@ -135,3 +135,16 @@ export class WorkerDiedError extends Schema.TaggedError<WorkerDiedError>()("Work
   message: Schema.String,
   deliveries: Schema.Int
 }) {}
+
+/**
+ * The storage of a transport or of the idempotency store does not exist yet (or is older than this
+ * version): run `outbox setup-transports` (or `TransportAdmin.setup`). Not retried: a worker stops on it.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class StorageNotReadyError extends Schema.TaggedError<StorageNotReadyError>()("StorageNotReadyError", {
+  /** The table (or other storage) that is missing. */
+  storage: Schema.String,
+  message: Schema.String
+}) {}

@@ -3,6 +3,7 @@
  *
  * @since 0.1.0
  */
+import * as Duration from "effect/Duration"
 
 /**
  * A map from message tag to transport names. Types without a route go to the default transport.
@@ -22,6 +23,22 @@ export interface Routing {
  * @category constants
  */
 export const defaultTransport = "outbox"
+
+/**
+ * The default failure transport name (`failed`).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const defaultFailureTransport = "failed"
+
+/**
+ * The default lease of a claim (a transport's redeliver timeout).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const defaultRedeliverTimeout: Duration.Duration = Duration.seconds(30)
 
 /**
  * Resolves the transports for a message type. An explicit override (the `transportNames` dispatch

@@ -1,0 +1,63 @@
+/**
+ * What every backend resolves the same way: failure-transport defaulting, lease validation and the
+ * unknown-transport error.
+ *
+ * @internal
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
+import { defaultFailureTransport } from "../domain/Routing.js"
+
+/** The one error for a transport name nobody serves, naming the known ones. @internal */
+export const unknownTransport = (name: string, known: Iterable<string>): UnknownTransportError =>
+  new UnknownTransportError({
+    transport: name,
+    message: `Unknown transport ${JSON.stringify(name)}; known: ${Array.from(known).join(", ")}`
+  })
+
+/** Fails with `unknownTransport` for every name of `names` that `known` lacks. @internal */
+export const checkKnown = (
+  names: ReadonlyArray<string>,
+  known: { has: (name: string) => boolean; keys: () => Iterable<string> }
+): Effect.Effect<void, UnknownTransportError> => {
+  for (const name of names) {
+    if (!known.has(name)) return Effect.fail(unknownTransport(name, known.keys()))
+  }
+  return Effect.void
+}
+
+/**
+ * The failure transport of each configured transport: its own option, else `failed` — and a failure transport
+ * keeps its own failures (a failed message is never discarded). Returns the configured names first, then the
+ * failure transports that were not configured.
+ *
+ * @internal
+ */
+export const failureTransports = <O extends { readonly failureTransport?: string | undefined }>(
+  input: Readonly<Record<string, O>>
+): ReadonlyArray<readonly [name: string, failureTransport: string, options: O | undefined]> => {
+  const entries = Object.entries(input)
+  const failureNames = new Set(entries.map(([, o]) => o.failureTransport ?? defaultFailureTransport))
+  const resolved: Array<readonly [string, string, O | undefined]> = entries.map(([name, o]) => [
+    name,
+    o.failureTransport ?? (failureNames.has(name) ? name : defaultFailureTransport),
+    o
+  ])
+  for (const name of failureNames) {
+    if (!(name in input)) resolved.push([name, name, undefined])
+  }
+  return resolved
+}
+
+/** A positive, finite duration, or the typed error naming the option. @internal */
+export const positiveDuration = (
+  what: string,
+  input: Duration.DurationInput
+): Effect.Effect<Duration.Duration, OutboxConfigError> => {
+  const decoded = Duration.decodeUnknown(input)
+  return Option.isSome(decoded) && Duration.toMillis(decoded.value) > 0 && Duration.isFinite(decoded.value)
+    ? Effect.succeed(decoded.value)
+    : Effect.fail(new OutboxConfigError({ message: `${what} must be a positive, finite duration` }))
+}
