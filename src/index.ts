@@ -1,5 +1,8 @@
 /**
- * effect-outbox: a transactional outbox and message worker for Effect 3 on PostgreSQL.
+ * effect-outbox: a transactional outbox and message worker for Effect 3 on PostgreSQL. The command line
+ * (`effect-outbox/Cli`), the RabbitMQ transport (`effect-outbox/AmqpTransport`) and the conformance suites
+ * (`effect-outbox/testing`) are subpaths of their own, so importing the root loads neither `@effect/cli` nor
+ * `amqplib`.
  *
  * @since 0.1.0
  */
@@ -11,11 +14,15 @@ export * from "./domain/Errors.js"
 /** @since 0.1.0 */
 export * as Headers from "./domain/Headers.js"
 /** @since 0.1.0 */
+export * as IdempotencyKey from "./domain/IdempotencyKey.js"
+/** @since 0.1.0 */
 export * as Identifier from "./domain/Identifier.js"
 /** @since 0.1.0 */
 export * as Message from "./domain/Message.js"
 /** @since 0.1.0 */
 export * as MessageId from "./domain/MessageId.js"
+/** @since 0.1.0 */
+export * as Outcome from "./domain/Outcome.js"
 /** @since 0.1.0 */
 export * as RetryDelay from "./domain/RetryDelay.js"
 /** @since 0.1.0 */
@@ -23,32 +30,30 @@ export * as Routing from "./domain/Routing.js"
 /** @since 0.1.0 */
 export * as Handlers from "./services/Handlers.js"
 /** @since 0.1.0 */
+export * as IdempotencyStore from "./services/IdempotencyStore.js"
+/** @since 0.1.0 */
 export * as Outbox from "./services/Outbox.js"
 /** @since 0.1.0 */
 export * as RetryStrategy from "./services/RetryStrategy.js"
 /** @since 0.1.0 */
 export * as Transport from "./services/Transport.js"
 /** @since 0.1.0 */
+export * as TransportAdmin from "./services/TransportAdmin.js"
+/** @since 0.1.0 */
+export * as MemoryIdempotencyStore from "./layers/MemoryIdempotencyStore.js"
+/** @since 0.1.0 */
 export * as MemoryTransport from "./layers/MemoryTransport.js"
+/** @since 0.1.0 */
+export * as PgIdempotencyStore from "./layers/PgIdempotencyStore.js"
 /** @since 0.1.0 */
 export * as PgTransport from "./layers/PgTransport.js"
 /** @since 0.1.0 */
 export * as ScheduleRetryStrategy from "./layers/ScheduleRetryStrategy.js"
 /** @since 0.1.0 */
-export * as Worker from "./programs/Worker.js"
-/** @since 0.1.0 */
-export * as Cli from "./programs/Cli.js"
-/** @since 0.1.0 */
-export * as IdempotencyKey from "./domain/IdempotencyKey.js"
-/** @since 0.1.0 */
-export * as IdempotencyStore from "./services/IdempotencyStore.js"
-/** @since 0.1.0 */
-export * as PgIdempotencyStore from "./layers/PgIdempotencyStore.js"
-/** @since 0.1.0 */
-export * as MemoryIdempotencyStore from "./layers/MemoryIdempotencyStore.js"
-/** @since 0.1.0 */
-export * as AmqpTransport from "./layers/AmqpTransport.js"
-/** @since 0.1.0 */
 export * as TransportRouter from "./layers/TransportRouter.js"
 /** @since 0.1.0 */
 export * as Forwarder from "./programs/Forwarder.js"
+/** @since 0.1.0 */
+export * as IdempotencyPurge from "./programs/IdempotencyPurge.js"
+/** @since 0.1.0 */
+export * as Worker from "./programs/worker/Worker.js"

@@ -106,13 +106,27 @@ const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError>
     if (!type.includes("\\")) return Either.right(new Headers({ type }, true))
   }
   return decodeJson(raw).pipe(
-    Either.mapLeft((error) =>
-      new MessageDecodeError({
+    Either.mapLeft((error) => {
+      const type = guessType(raw)
+      return new MessageDecodeError({
         reason: "CorruptHeaders",
+        ...(type === undefined ? {} : { type }),
         message: `Headers cannot be decoded: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
       })
-    )
+    })
   )
+}
+
+/** The `type` field of headers that fail their schema, when the text is still a JSON object with one. */
+const guessType = (raw: string): string | undefined => {
+  try {
+    const parsed: unknown = JSON.parse(raw)
+    return typeof parsed === "object" && parsed !== null && typeof (parsed as { type?: unknown }).type === "string"
+      ? (parsed as { type: string }).type
+      : undefined
+  } catch {
+    return undefined
+  }
 }
 
 /**

@@ -12,12 +12,14 @@ import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as Queue from "effect/Queue"
 import type { ReceivedMessage, StoredMessage } from "../domain/Envelope.js"
+import type { OutboxConfigError } from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
-import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
-import { Transport, type TransportShape } from "../services/Transport.js"
-import { defaultFailureTransport, defaultRedeliverTimeout } from "./PgTransport.js"
+import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { compareIds } from "../internal/compareIds.js"
+import { checkKnown, failureTransports, positiveDuration, unknownTransport } from "../internal/transports.js"
+import { type Capabilities, Transport } from "../services/Transport.js"
+import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
 
 interface Row {
   readonly id: string
@@ -49,7 +51,7 @@ export interface Options {
  * @since 0.1.0
  * @category models
  */
-export interface MemoryTransportShape extends TransportShape {
+export interface MemoryTransportShape extends TransportBackend {
   /** Every stored message, in `(availableAt, id)` order (`transport` is its queue's transport). */
   readonly messages: Effect.Effect<ReadonlyArray<StoredMessage>>
   /** The stored messages of one transport's queue. */
@@ -76,22 +78,14 @@ export class MemoryTransport
 export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape, OutboxConfigError> =>
   Effect.gen(function*() {
     const config = new Map<string, { leaseMs: number; failureTransport: string }>()
-    const input = options.transports ?? { outbox: {} }
-    const failureNames = new Set(Object.values(input).map((o) => o.failureTransport ?? defaultFailureTransport))
-    for (const [name, o] of Object.entries(input)) {
+    for (const [name, failureTransport, o] of failureTransports(options.transports ?? { outbox: {} })) {
       yield* Identifier.validateQueueName(name)
-      const failure = o.failureTransport ?? (failureNames.has(name) ? name : defaultFailureTransport)
-      yield* Identifier.validateQueueName(failure)
-      const lease = Duration.decodeUnknown(o.redeliverTimeout ?? defaultRedeliverTimeout)
-      if (Option.isNone(lease) || !(Duration.toMillis(lease.value) > 0) || !Duration.isFinite(lease.value)) {
-        return yield* new OutboxConfigError({ message: `Transport ${name}: redeliverTimeout must be positive and finite` })
-      }
-      config.set(name, { leaseMs: Duration.toMillis(lease.value), failureTransport: failure })
-    }
-    for (const name of failureNames) {
-      if (!config.has(name)) {
-        config.set(name, { leaseMs: Duration.toMillis(defaultRedeliverTimeout), failureTransport: name })
-      }
+      yield* Identifier.validateQueueName(failureTransport)
+      const lease = yield* positiveDuration(
+        `Transport ${name}: redeliverTimeout`,
+        o?.redeliverTimeout ?? defaultRedeliverTimeout
+      )
+      config.set(name, { leaseMs: Duration.toMillis(lease), failureTransport })
     }
     const rows = new Map<string, Row>()
     const hints = yield* PubSub.sliding<string>(64)
@@ -100,9 +94,7 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
 
     const lookup = (name: string) => {
       const found = config.get(name)
-      return found !== undefined
-        ? Effect.succeed(found)
-        : Effect.fail(new UnknownTransportError({ transport: name, message: `Unknown transport ${JSON.stringify(name)}` }))
+      return found !== undefined ? Effect.succeed(found) : Effect.fail(unknownTransport(name, config.keys()))
     }
     const ordered = () => Array.from(rows.values()).sort(byAvailability)
     const toStored = (row: Row): StoredMessage => ({
@@ -116,39 +108,57 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       deliveredAt: row.deliveredAt === null ? null : new Date(row.deliveredAt),
       deliveries: row.deliveries
     })
-    const update = (id: string, f: (row: Row) => Row) => {
-      const row = rows.get(id)
-      if (row !== undefined) rows.set(id, f(row))
+
+    /** Milliseconds until the next message of a queue may become claimable (unclaimed: its availability; claimed: its lease's end). */
+    const nextDue = (name: string, leaseMs: number, now: number): Option.Option<Duration.Duration> => {
+      let due: number | undefined
+      for (const row of rows.values()) {
+        if (row.queueName !== name) continue
+        const at = row.deliveredAt === null ? row.availableAt : row.deliveredAt + leaseMs
+        if (due === undefined || at < due) due = at
+      }
+      return due === undefined ? Option.none() : Option.some(Duration.millis(Math.max(0, due - now)))
     }
 
-    const claim = (name: string, batchSize: number) =>
-        Effect.gen(function*() {
-          const { leaseMs } = yield* lookup(name)
-          const now = yield* Clock.currentTimeMillis
-          const limit = Math.max(1, Math.floor(batchSize))
-          const claimed: Array<ReceivedMessage> = []
-          for (const row of ordered()) {
-            if (claimed.length >= limit) break
-            if (row.queueName !== name || row.availableAt > now) continue
-            if (row.deliveredAt !== null && row.deliveredAt >= now - leaseMs) continue
-            const next = { ...row, deliveredAt: now, deliveries: row.deliveries + 1 }
-            rows.set(row.id, next)
-            claimed.push({
-              id: next.id,
-              transport: name,
-              messageId: next.messageId,
-              body: next.body,
-              headers: next.headers,
-              createdAt: new Date(next.createdAt),
-              availableAt: new Date(next.availableAt),
-              deliveries: next.deliveries
-            })
-          }
-          return claimed
-        })
+    const claim = (name: string, batchSize: number, acks: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        const { leaseMs } = yield* lookup(name)
+        for (const id of acks) if (rows.get(id)?.queueName === name) rows.delete(id)
+        const now = yield* Clock.currentTimeMillis
+        const limit = Math.max(1, Math.floor(batchSize))
+        const claimed: Array<ReceivedMessage> = []
+        for (const row of ordered()) {
+          if (claimed.length >= limit) break
+          if (row.queueName !== name || row.availableAt > now) continue
+          if (row.deliveredAt !== null && row.deliveredAt >= now - leaseMs) continue
+          const next = { ...row, deliveredAt: now, deliveries: row.deliveries + 1 }
+          rows.set(row.id, next)
+          claimed.push({
+            id: next.id,
+            transport: name,
+            messageId: next.messageId,
+            body: next.body,
+            headers: next.headers,
+            createdAt: new Date(next.createdAt),
+            availableAt: new Date(next.availableAt),
+            deliveries: next.deliveries
+          })
+        }
+        return { messages: claimed, nextDue: claimed.length > 0 ? Option.none() : nextDue(name, leaseMs, now) }
+      })
+
+    /** Applies `f` to the rows of `ids` that belong to the transport's queue. */
+    const updateIn = (name: string, ids: ReadonlyArray<string>, f: (row: Row) => Row) =>
+      Effect.map(lookup(name), () => {
+        for (const id of ids) {
+          const row = rows.get(id)
+          if (row !== undefined && row.queueName === name) rows.set(id, f(row))
+        }
+      })
 
     const transport: MemoryTransportShape = {
       names: Array.from(config.keys()),
+      capabilities: (name) => (config.has(name) ? Option.some(capabilities) : Option.none()),
       failureTransport: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => c.failureTransport),
       lease: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => Duration.millis(c.leaseMs)),
       setup: Effect.succeed([]),
@@ -173,46 +183,9 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           }
           if (messages.length > 0) hint(name)
         }),
-      claim: (name, batchSize) => claim(name, batchSize),
-      ackAndClaim: (name, ids, batchSize) =>
-        Effect.zipRight(Effect.sync(() => ids.forEach((id) => rows.delete(id))), claim(name, batchSize)),
-      ack: (_name, ids) => Effect.sync(() => ids.forEach((id) => rows.delete(id))),      retry: (_name, id, { delay, headers }) =>
-        Effect.map(Clock.currentTimeMillis, (now) =>
-          update(id, (row) => ({ ...row, availableAt: now + Duration.toMillis(delay), deliveredAt: null, headers }))),
-      fail: (name, id, { headers }) =>
+      open: (names) =>
         Effect.gen(function*() {
-          const { failureTransport } = yield* Effect.orDie(lookup(name))
-          const now = yield* Clock.currentTimeMillis
-          update(id, (row) => ({ ...row, queueName: failureTransport, availableAt: now, deliveredAt: null, headers }))
-        }),
-      keepalive: (_name, ids) =>
-        Effect.map(Clock.currentTimeMillis, (now) =>
-          ids.forEach((id) => update(id, (row) => row.deliveredAt === null ? row : { ...row, deliveredAt: now }))),
-      release: (name, ids) =>
-        Effect.sync(() => {
-          ids.forEach((id) =>
-            update(id, (row) =>
-              row.deliveredAt === null
-                ? row
-                : { ...row, deliveredAt: null, deliveries: Math.max(0, row.deliveries - 1) })
-          )
-          if (ids.length > 0) hint(name)
-        }),
-      nextDue: (name) =>
-        Effect.gen(function*() {
-          const { leaseMs } = yield* lookup(name)
-          const now = yield* Clock.currentTimeMillis
-          let due: number | undefined
-          for (const row of rows.values()) {
-            if (row.queueName !== name) continue
-            // Unclaimed: its availability (past: due now); claimed: its lease's end.
-            const at = row.deliveredAt === null ? row.availableAt : row.deliveredAt + leaseMs
-            if (due === undefined || at < due) due = at
-          }
-          return due === undefined ? Option.none() : Option.some(Math.max(0, due - now))
-        }),
-      wakeups: (names) =>
-        Effect.gen(function*() {
+          yield* checkKnown(names, config)
           const queues = new Set(names)
           const subscription = yield* PubSub.subscribe(hints)
           const signal = yield* Queue.sliding<void>(1)
@@ -222,8 +195,50 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             Effect.forkScoped
           )
           const next = Effect.zipRight(Queue.take(signal), Queue.takeAll(signal))
-          return (maxWait: Duration.Duration) => Effect.raceFirst(next, Effect.sleep(maxWait))
+          return {
+            transports: names,
+            claim: (name, batchSize, acks) =>
+              queues.has(name) ? claim(name, batchSize, acks) : Effect.fail(unknownTransport(name, names)),
+            wait: (maxWait) => Effect.raceFirst(next, Effect.sleep(maxWait))
+          }
         }),
+      ack: (name, ids) =>
+        Effect.map(lookup(name), () => {
+          for (const id of ids) if (rows.get(id)?.queueName === name) rows.delete(id)
+        }),
+      retry: (message, { delay, headers }) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          updateIn(message.transport, [message.id], (row) => ({
+            ...row,
+            availableAt: now + Duration.toMillis(delay),
+            deliveredAt: null,
+            headers: Headers.encode(headers)
+          }))),
+      fail: (message, headers) =>
+        Effect.gen(function*() {
+          const { failureTransport } = yield* lookup(message.transport)
+          const now = yield* Clock.currentTimeMillis
+          yield* updateIn(message.transport, [message.id], (row) => ({
+            ...row,
+            queueName: failureTransport,
+            availableAt: now,
+            deliveredAt: null,
+            headers: Headers.encode(headers)
+          }))
+        }),
+      keepalive: (name, ids) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          updateIn(name, ids, (row) => row.deliveredAt === null ? row : { ...row, deliveredAt: now })),
+      release: (name, ids) =>
+        Effect.zipRight(
+          updateIn(name, ids, (row) =>
+            row.deliveredAt === null
+              ? row
+              : { ...row, deliveredAt: null, deliveries: Math.max(0, row.deliveries - 1) }),
+          Effect.sync(() => {
+            if (ids.length > 0) hint(name)
+          })
+        ),
       list: (name, { max, type }) =>
         Effect.map(lookup(name), () =>
           Array.from(rows.values())
@@ -252,7 +267,14 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           const row = rows.get(id)
           if (row === undefined || row.queueName !== from) return false
           const now = yield* Clock.currentTimeMillis
-          rows.set(id, { ...row, queueName: to, availableAt: now, deliveredAt: null, deliveries: 0, headers })
+          rows.set(id, {
+            ...row,
+            queueName: to,
+            availableAt: now,
+            deliveredAt: null,
+            deliveries: 0,
+            headers: Headers.encode(headers)
+          })
           hint(to)
           return true
         }),
@@ -293,15 +315,29 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
   })
 
 /**
- * A layer providing both `Transport` and `MemoryTransport` (for inspection).
+ * A layer providing `Transport`, `TransportAdmin` and `MemoryTransport` (for inspection).
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer = (options: Options = {}): Layer.Layer<Transport | MemoryTransport, OutboxConfigError> =>
+export const layer = (
+  options: Options = {}
+): Layer.Layer<Transport | TransportAdmin | MemoryTransport, OutboxConfigError> =>
   Layer.effectContext(
-    Effect.map(make(options), (t) => Context.make(Transport, t).pipe(Context.add(MemoryTransport, t)))
+    Effect.map(
+      make(options),
+      (t) => Context.make(Transport, t).pipe(Context.add(TransportAdmin, t), Context.add(MemoryTransport, t))
+    )
   )
+
+/** What the in-memory transport does: everything the PostgreSQL one does. */
+const capabilities: Capabilities = {
+  leases: true,
+  browsing: true,
+  countsDeliveries: true,
+  stableIds: true,
+  ackWithClaim: true
+}
 
 const byId = (a: Row, b: Row): number => compareIds(a.id, b.id)
 

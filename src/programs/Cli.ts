@@ -21,7 +21,7 @@ import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import type { StoredMessage, TransportStats } from "../domain/Envelope.js"
 import * as Headers from "../domain/Headers.js"
-import * as AmqpTransport from "../layers/AmqpTransport.js"
+import * as AmqpTransport from "../layers/amqp/AmqpTransport.js"
 import * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
@@ -29,8 +29,10 @@ import * as TransportRouter from "../layers/TransportRouter.js"
 import type { Handlers } from "../services/Handlers.js"
 import { IdempotencyStore } from "../services/IdempotencyStore.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
+import { TransportAdmin } from "../services/TransportAdmin.js"
+import { defaultFailureTransport } from "../domain/Routing.js"
 import { formatAge, formatTime, oneLine, parseBytes, parseDurationMs, renderTable, truncate } from "./internal/format.js"
-import * as Worker from "./Worker.js"
+import * as Worker from "./worker/Worker.js"
 import { describeError } from "../internal/describeError.js"
 
 /**
@@ -85,7 +87,7 @@ const classFilter = Options.text("class-filter").pipe(
 )
 const failureTransport = Options.text("transport").pipe(
   Options.withDescription("The failure transport"),
-  Options.withDefault(PgTransport.defaultFailureTransport)
+  Options.withDefault(defaultFailureTransport)
 )
 const ids = Args.text({ name: "id" }).pipe(Args.repeated)
 
@@ -136,14 +138,17 @@ export const make = (options: CliOptions = {}) => {
 
   const transportOnly = Layer.unwrapEffect(
     Effect.gen(function*() {
-      const table = yield* Config.option(Config.string("OUTBOX_TABLE"))
-      const pg: PgTransport.Options = { ...options.transport, ...(Option.isSome(table) ? { table: table.value } : {}) }
-      if (options.amqp === undefined) return PgTransport.layer(pg)
+      // The table can be overridden by `OUTBOX_TABLE`; the rest comes from the options as given.
+      const pg = {
+        ...Object.fromEntries(Object.entries(options.transport ?? {}).map(([key, value]) => [key, Config.succeed(value)])),
+        table: Config.string("OUTBOX_TABLE").pipe(Config.withDefault(options.transport?.table ?? PgTransport.defaultTable))
+      } as Config.Config.Wrap<PgTransport.Options>
+      if (options.amqp === undefined) return PgTransport.layerConfig(pg)
       const { url: explicit, ...amqp } = options.amqp
       const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
         Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
       ))
-      return TransportRouter.layer(PgTransport.make(pg), AmqpTransport.make({ ...amqp, url }))
+      return TransportRouter.layer(PgTransport.makeConfig(pg), AmqpTransport.make({ ...amqp, url }))
     })
   )
 
@@ -178,7 +183,7 @@ export const make = (options: CliOptions = {}) => {
         Effect.gen(function*() {
           const transport = yield* Transport
           yield* known(transport, o.transports)
-          const applied = [...yield* transport.setup]
+          const applied = [...yield* (yield* TransportAdmin).setup]
           if (idempotencyOptions !== undefined) {
             const store = yield* Effect.provide(IdempotencyStore, idempotencyOnly)
             applied.push(...(yield* store.setup).map((m) => `idempotency ${m}`))
@@ -312,10 +317,11 @@ export const make = (options: CliOptions = {}) => {
         o.dsn,
         Effect.gen(function*() {
           const transport = yield* Transport
+          const admin = yield* TransportAdmin
           yield* known(transport, [o.transport])
           const typeFilter = Option.getOrUndefined(o.classFilter)
           if (Option.isSome(o.id)) {
-            const found = yield* transport.find(o.transport, o.id.value)
+            const found = yield* admin.find(o.transport, o.id.value)
             if (Option.isNone(found)) {
               return yield* fail(`The message "${o.id.value}" was not found in the "${o.transport}" transport`)
             }
@@ -324,7 +330,7 @@ export const make = (options: CliOptions = {}) => {
           }
           if (o.stats) {
             const counts = new Map<string, number>()
-            for (const m of yield* transport.list(o.transport, { max: Number.MAX_SAFE_INTEGER, type: typeFilter })) {
+            for (const m of yield* admin.list(o.transport, { max: Number.MAX_SAFE_INTEGER, type: typeFilter })) {
               const type = Headers.typeOf(m.headers) ?? "(undecodable)"
               counts.set(type, (counts.get(type) ?? 0) + 1)
             }
@@ -335,11 +341,11 @@ export const make = (options: CliOptions = {}) => {
               ? Console.log("[OK] No failed messages were found.")
               : Console.log(renderTable(["Class", "Count"], rows.map(([t, n]) => [t, String(n)])))
           }
-          const messages = yield* transport.list(o.transport, { max: o.max, type: typeFilter })
+          const messages = yield* admin.list(o.transport, { max: o.max, type: typeFilter })
           const summaries = messages.map((m) => describeFailed(m, false))
           if (o.format === "json") return yield* Console.log(JSON.stringify(summaries, null, 2))
           if (summaries.length === 0) return yield* Console.log("[OK] No failed messages were found.")
-          const total = (yield* transport.stats(o.transport)).ready
+          const total = (yield* admin.stats(o.transport)).ready
           yield* Console.log(
             total === 1
               ? "There is 1 message in the failure transport."
@@ -364,13 +370,14 @@ export const make = (options: CliOptions = {}) => {
     o: { readonly ids: ReadonlyArray<string>; readonly all: boolean; readonly classFilter: Option.Option<string> }
   ) =>
     Effect.gen(function*() {
+      const admin = yield* TransportAdmin
       if (o.all && o.ids.length > 0) return yield* fail("You cannot specify message ids when using --all")
       if (!o.all && o.ids.length === 0) {
         return yield* fail("Please specify at least one message id, or --all for every failed message")
       }
       if (Option.isSome(o.classFilter) && !o.all) return yield* fail("--class-filter goes with --all")
       if (o.all) {
-        const messages = yield* transport.list(name, {
+        const messages = yield* admin.list(name, {
           max: Number.MAX_SAFE_INTEGER,
           type: Option.getOrUndefined(o.classFilter)
         })
@@ -379,7 +386,7 @@ export const make = (options: CliOptions = {}) => {
       const found: Array<StoredMessage> = []
       const missing: Array<string> = []
       for (const id of o.ids) {
-        const m = yield* transport.find(name, id)
+        const m = yield* admin.find(name, id)
         if (Option.isSome(m)) found.push(m.value)
         else missing.push(id)
       }
@@ -429,7 +436,8 @@ export const make = (options: CliOptions = {}) => {
     (o) =>
       onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
-          const plan: Array<{ readonly message: StoredMessage; readonly to: string; readonly headers: string }> = []
+          const admin = yield* TransportAdmin
+          const plan: Array<{ readonly message: StoredMessage; readonly to: string; readonly headers: Headers.Headers }> = []
           for (const message of messages) {
             const headers = Headers.decode(message.headers)
             if (Either.isLeft(headers)) {
@@ -441,12 +449,12 @@ export const make = (options: CliOptions = {}) => {
             }
             // A new start: the retry budget and the last error are cleared; handlers that already succeeded stay skipped.
             const { errorDetails: _e, originalTransport: _o, redeliveries: _r, ...rest } = headers.right
-            plan.push({ message, to, headers: Headers.encode(new Headers.Headers(rest)) })
+            plan.push({ message, to, headers: new Headers.Headers(rest) })
           }
           yield* confirm(`Retry ${plan.length} message(s)?`, o.force)
           let moved = 0
           for (const { headers, message, to } of plan) {
-            if (yield* transport.move(o.transport, message.id, { to, headers })) {
+            if (yield* admin.move(o.transport, message.id, { to, headers })) {
               moved++
               yield* Console.log(`[OK] Message "${message.id}" (${message.messageId}) sent back to "${to}".`)
             }
@@ -461,10 +469,11 @@ export const make = (options: CliOptions = {}) => {
     (o) =>
       onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
+          const admin = yield* TransportAdmin
           yield* confirm(`Permanently remove ${messages.length} message(s)?`, o.force)
           let removed = 0
           for (let i = 0; i < messages.length; i += 1000) {
-            removed += yield* transport.remove(o.transport, messages.slice(i, i + 1000).map((m) => m.id))
+            removed += yield* admin.remove(o.transport, messages.slice(i, i + 1000).map((m) => m.id))
           }
           yield* Console.log(`[OK] ${removed} message(s) removed.`)
         }))
@@ -478,9 +487,10 @@ export const make = (options: CliOptions = {}) => {
         o.dsn,
         Effect.gen(function*() {
           const transport = yield* Transport
+          const admin = yield* TransportAdmin
           yield* known(transport, o.transports)
           const names = o.transports.length > 0 ? o.transports : transport.names
-          const rows: Array<TransportStats> = yield* Effect.forEach(names, (name) => transport.stats(name))
+          const rows: Array<TransportStats> = yield* Effect.forEach(names, (name) => admin.stats(name))
           if (o.format === "json") {
             return yield* Console.log(
               JSON.stringify({ transports: Object.fromEntries(rows.map(({ transport, ...rest }) => [transport, rest])) }, null, 2)

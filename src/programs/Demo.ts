@@ -17,8 +17,12 @@ import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
 import * as Handlers from "../services/Handlers.js"
 import { IdempotencyStore } from "../services/IdempotencyStore.js"
 import * as Outbox from "../services/Outbox.js"
+import * as Headers from "../domain/Headers.js"
+import * as Message from "../domain/Message.js"
+import type { MessageId } from "../domain/MessageId.js"
 import { Transport } from "../services/Transport.js"
-import * as Worker from "./Worker.js"
+import { TransportAdmin } from "../services/TransportAdmin.js"
+import * as Worker from "./worker/Worker.js"
 
 /**
  * The event the demo announces.
@@ -123,10 +127,16 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
     )
 
     return yield* Effect.gen(function*() {
-      yield* (yield* Transport).setup
-      yield* (yield* IdempotencyStore).setup
-      yield* sql`DELETE FROM ${sql(outboxTable)}`
-      yield* sql`DELETE FROM ${sql(idempotencyOptions.table!)}`
+      const admin = yield* TransportAdmin
+      const store = yield* IdempotencyStore
+      yield* admin.setup
+      yield* store.setup
+      // A fresh start: whatever an earlier run left in the outbox and the idempotency store goes.
+      for (const name of ["outbox", "failed"]) {
+        const left = yield* admin.list(name, { max: Number.MAX_SAFE_INTEGER })
+        for (let i = 0; i < left.length; i += 1000) yield* admin.remove(name, left.slice(i, i + 1000).map((m) => m.id))
+      }
+      yield* store.purge({ olderThan: 0 })
       yield* say(
         `effect-outbox demo: paying ${options.orders} orders with ${options.producers} producers, ` +
           `${Math.round(options.rollbackShare * 100)}% rolled back on purpose`
@@ -150,10 +160,11 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
       const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 100, sleep: "20 millis" }))
       const producers = yield* Effect.fork(Effect.forEach(ids, pay, { concurrency: options.producers, discard: true }))
 
-      const counts = sql<{ pending: number; failed: number; invoices: number }>`
-        SELECT (SELECT count(*)::int FROM ${sql(outboxTable)} WHERE queue_name = 'outbox') AS pending,
-               (SELECT count(*)::int FROM ${sql(outboxTable)} WHERE queue_name = 'failed') AS failed,
-               (SELECT count(*)::int FROM demo_invoices) AS invoices`.pipe(Effect.map((rows) => rows[0]!))
+      const counts = Effect.gen(function*() {
+        const stats = yield* admin.stats("outbox")
+        const [row] = yield* sql<{ invoices: number }>`SELECT count(*)::int AS invoices FROM demo_invoices`
+        return { pending: stats.ready + stats.delayed + stats.inFlight, failed: stats.failed, invoices: row!.invoices }
+      })
       const progress = Effect.gen(function*() {
         const c = yield* counts
         yield* say(
@@ -172,14 +183,22 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
 
       // Deliver a share of the handled messages again, as a crash between the invoice and the ack would:
       // same message id, same body. The idempotent consumer must skip every one of them.
-      const again = yield* sql<{ n: number }>`
-        WITH picked AS (
-          SELECT i.message_id, o.id, o.amount_cents FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
-          WHERE (o.id * 4999) % 1000 < ${Math.round(options.redeliverShare * 1000)})
-        INSERT INTO ${sql(outboxTable)} (message_id, body, headers, queue_name, available_at)
-        SELECT message_id, json_build_object('_tag', 'OrderPaid', 'orderId', id, 'amountCents', amount_cents)::text,
-               '{"type":"OrderPaid"}', 'outbox', now()
-        FROM picked RETURNING 1 AS n`
+      const picked = yield* sql<{ message_id: string; id: number; amount_cents: number }>`
+        SELECT i.message_id::text AS message_id, o.id, o.amount_cents
+        FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
+        WHERE (o.id * 4999) % 1000 < ${Math.round(options.redeliverShare * 1000)}`
+      const again = yield* Effect.forEach(picked, (row) =>
+        Effect.map(
+          Message.encodeBody(new OrderPaid({ orderId: row.id, amountCents: row.amount_cents })),
+          (body) => ({
+            messageId: row.message_id as MessageId,
+            type: "OrderPaid",
+            body,
+            headers: Headers.encode(new Headers.Headers({ type: "OrderPaid" })),
+            delayMs: 0
+          })
+        ))
+      yield* (yield* Transport).send("outbox", again)
       const redelivered = yield* Worker.run({ transports: ["outbox"], batchSize: 100, stopWhenEmpty: true })
       yield* say(
         `  delivered ${again.length} handled messages again on purpose: ${redelivered.handled} skipped by the ` +
@@ -190,12 +209,10 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
         handled: number
         total: number
         orders: number
-        failed: number
         rolled_back_handled: number
       }>`
         SELECT count(DISTINCT message_id)::int AS handled, count(*)::int AS total,
                count(DISTINCT order_id)::int AS orders,
-               (SELECT count(*)::int FROM ${sql(outboxTable)} WHERE queue_name = 'failed') AS failed,
                (SELECT count(*)::int FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
                  WHERE o.paid_at IS NULL) AS rolled_back_handled
         FROM demo_invoices`
@@ -203,7 +220,7 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
         committed,
         rolledBack,
         handled: result!.handled,
-        failed: result!.failed,
+        failed: (yield* admin.stats("outbox")).failed,
         duplicates: result!.total - result!.handled
       }
       const ok = summary.handled === summary.committed && summary.failed === 0 && summary.duplicates === 0 &&

@@ -8,8 +8,12 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { OutgoingMessage } from "../domain/Envelope.js"
-import type { TransportError, UnknownTransportError } from "../domain/Errors.js"
-import { MessageEncodeError } from "../domain/Errors.js"
+import {
+  MessageEncodeError,
+  type StorageNotReadyError,
+  type TransportError,
+  type UnknownTransportError
+} from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
 import * as MessageId from "../domain/MessageId.js"
@@ -37,7 +41,7 @@ export interface DispatchOptions {
  * @since 0.1.0
  * @category errors
  */
-export type DispatchError = MessageEncodeError | TransportError | UnknownTransportError
+export type DispatchError = MessageEncodeError | TransportError | UnknownTransportError | StorageNotReadyError
 
 /**
  * @since 0.1.0

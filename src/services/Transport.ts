@@ -73,7 +73,7 @@ export interface Session {
     transport: string,
     batchSize: number,
     acks: ReadonlyArray<string>
-  ) => Effect.Effect<Claimed, TransportError | StorageNotReadyError>
+  ) => Effect.Effect<Claimed, TransportError | UnknownTransportError | StorageNotReadyError>
   /**
    * Waits for a wake-up hint (a message sent to or released on one of the session's transports), or `maxWait`
    * at most; hints are coalesced. A backend without notifications only waits: polling stays the truth.

@@ -1,9 +1,9 @@
 /**
- * One pooled connection held across many statements, for the worker's hot path (claim, ack-and-claim, next
- * due). A statement through `@effect/sql`'s template runs a span, a scope and a pool checkout each time
- * (≈ 40 KB of garbage and a few hundred µs of CPU per statement); on a held connection with precompiled text
- * it is a plain `execute` (≈ 13 KB). On a 2-core machine that garbage and the JIT work behind it are what
- * make the latency tail.
+ * One pooled connection held across many statements, for the worker's hot path (its claims). A statement
+ * through `@effect/sql`'s template runs a span, a scope and a pool checkout each time; on a held connection with
+ * precompiled text it is a plain `execute` (see BENCHMARKS.md, "the worker's hot path"). The connection carries
+ * an `application_name` while held, so operators (and tests) can tell it in `pg_stat_activity`, and gets the
+ * pool's default back when released.
  *
  * One statement at a time: while one is in flight, another caller (a worker's claims never overlap, but a
  * fiber it forked might) runs on the pool instead — so interrupting a statement cancels that one and no other,
@@ -40,7 +40,7 @@ interface Held {
 }
 
 /** @internal */
-export const make = (sql: SqlClient.SqlClient): HeldConnection => {
+export const make = (sql: SqlClient.SqlClient, applicationName: string): HeldConnection => {
   let held: Held | undefined
   let inFlight = false
   const done = Effect.sync(() => {
@@ -50,12 +50,18 @@ export const make = (sql: SqlClient.SqlClient): HeldConnection => {
   const drop = (h: Held) =>
     Effect.suspend(() => {
       if (held === h) held = undefined
-      return Scope.close(h.scope, Exit.void)
+      return h.connection.execute("RESET application_name", [], undefined).pipe(
+        Effect.ignore,
+        Effect.zipRight(Scope.close(h.scope, Exit.void))
+      )
     })
 
   const acquire = Effect.flatMap(Scope.make(), (scope) =>
     sql.reserve.pipe(
       Scope.extend(scope),
+      Effect.tap((connection) =>
+        connection.execute("SELECT set_config('application_name', $1, false)", [applicationName], undefined)
+      ),
       Effect.map((connection): Held => (held = { connection, scope })),
       Effect.onError(() => Scope.close(scope, Exit.void))
     ))

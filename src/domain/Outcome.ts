@@ -1,0 +1,267 @@
+/**
+ * The outcome rules: what becomes of a delivered message, given what happened to it, its headers and the
+ * retry strategy's answer. Pure — the worker asks the strategy and records the outcome; everything in
+ * between is here.
+ *
+ * | what happened | outcome |
+ * |---|---|
+ * | every handler succeeded | `Ack` |
+ * | interrupted (shutdown) before an outcome | `Release` (given back, not counted as a delivery) |
+ * | corrupt headers or body, unknown type, no handler | `Fail` |
+ * | more deliveries than recorded retries (a worker died on it) and the strategy gives up | `Fail` with `WorkerDiedError` |
+ * | a `RecoverableMessageHandlingError` | `Retry` after its `retryDelay` (the shortest), else the strategy's delay, else the last delay |
+ * | only `UnrecoverableMessageHandlingError`s | `Fail` |
+ * | any other failure or defect | `Retry` after the strategy's delay, or `Fail` once it gives up |
+ *
+ * A `Retry` appends to the redelivery history; a `Fail` records the error and the original transport; both
+ * remember the handlers that already succeeded (`handledBy`), so a retry skips them.
+ *
+ * @since 0.1.0
+ */
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
+import {
+  type MessageDecodeError,
+  type NoHandlerForMessageError,
+  RecoverableMessageHandlingError,
+  UnrecoverableMessageHandlingError,
+  WorkerDiedError
+} from "./Errors.js"
+import * as Headers from "./Headers.js"
+
+/**
+ * What became of one delivery.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Outcome =
+  | { readonly _tag: "Ack"; readonly type: string }
+  | {
+    readonly _tag: "Retry"
+    readonly type: string
+    readonly attempt: number
+    readonly delay: Duration.Duration
+    readonly headers: Headers.Headers
+    readonly error: Headers.ErrorDetails
+  }
+  | {
+    readonly _tag: "Fail"
+    readonly type: string
+    readonly headers: Headers.Headers
+    readonly error: Headers.ErrorDetails
+  }
+  | { readonly _tag: "Release" }
+
+/**
+ * What happened to a delivery, as far as the rules care.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Happened =
+  /** Every handler succeeded. */
+  | { readonly _tag: "Handled" }
+  /** Interrupted before an outcome (shutdown). */
+  | { readonly _tag: "Interrupted" }
+  /** The message cannot be handled: corrupt, of an unknown type, or without a handler. */
+  | { readonly _tag: "Rejected"; readonly error: MessageDecodeError | NoHandlerForMessageError }
+  /** Earlier deliveries recorded no outcome, and the strategy gave up (see `workerDied`). */
+  | { readonly _tag: "Died"; readonly error: WorkerDiedError }
+  /** Some handlers failed; `handledBy` are the ones that succeeded, on this delivery or an earlier one. */
+  | {
+    readonly _tag: "HandlersFailed"
+    readonly causes: ReadonlyArray<Cause.Cause<unknown>>
+    readonly handledBy: ReadonlyArray<string>
+  }
+
+/**
+ * The question for the retry strategy, when the outcome depends on its answer.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Question {
+  readonly transport: string
+  /** The number of the retry that would come next (1 for the first). */
+  readonly attempt: number
+  readonly error: unknown
+}
+
+/** @since 0.1.0 @category constructors */
+export const handled: Happened = { _tag: "Handled" }
+
+/** @since 0.1.0 @category constructors */
+export const interrupted: Happened = { _tag: "Interrupted" }
+
+/**
+ * The outcome of giving a message back (`Release`).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const release: Outcome = { _tag: "Release" }
+
+/**
+ * The longest cause text kept in the headers.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const maxCauseLength = 4000
+
+/**
+ * Describes a failure for the headers: tag, message and the cause with its stack, bounded.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails => {
+  const failure = Cause.failureOption(cause)
+  const value = Option.isSome(failure) ? failure.value : Option.getOrUndefined(Cause.dieOption(cause))
+  const tag = typeof value === "object" && value !== null
+    ? String((value as { _tag?: unknown })._tag ?? (value as { name?: unknown }).name ?? "Error")
+    : Option.isSome(failure)
+    ? "Failure"
+    : "Defect"
+  const message = typeof value === "object" && value !== null && "message" in value
+    ? String((value as { message: unknown }).message)
+    : String(value)
+  const pretty = Cause.pretty(cause)
+  return new Headers.ErrorDetails({
+    tag: Option.isSome(failure) ? tag : Cause.isInterruptedOnly(cause) ? "Interrupted" : tag,
+    message,
+    cause: pretty.length > maxCauseLength ? `${pretty.slice(0, maxCauseLength)}…` : pretty
+  })
+}
+
+/**
+ * Deliveries are counted at each claim: those beyond `1 + retries` recorded no outcome — a worker died or lost
+ * its lease on the message. Returns the error to ask the strategy about, with the attempt it stands for, or
+ * `None` when every earlier delivery has an outcome.
+ *
+ * @since 0.1.0
+ * @category rules
+ */
+export const workerDied = (
+  transport: string,
+  deliveries: number,
+  headers: Headers.Headers
+): Option.Option<Question & { readonly error: WorkerDiedError }> => {
+  const retries = Headers.retryCount(headers)
+  const crashes = deliveries - 1 - retries
+  if (!(crashes > 0)) return Option.none()
+  return Option.some({
+    transport,
+    attempt: retries + crashes,
+    error: new WorkerDiedError({
+      message: `A worker died or lost its lease while handling this message (${crashes} of ${deliveries} ` +
+        `deliveries recorded no outcome)`,
+      deliveries
+    })
+  })
+}
+
+const failures = (causes: ReadonlyArray<Cause.Cause<unknown>>) =>
+  causes.map((cause) => Option.getOrUndefined(Cause.failureOption(cause)))
+
+/**
+ * The question for the strategy, or `None` when the rules decide alone (success, interruption, rejection, a
+ * worker's death already judged, only unrecoverable errors, or a recoverable error with its own delay).
+ *
+ * @since 0.1.0
+ * @category rules
+ */
+export const question = (happened: Happened, transport: string, headers: Headers.Headers): Option.Option<Question> => {
+  if (happened._tag !== "HandlersFailed") return Option.none()
+  const errors = failures(happened.causes)
+  const attempt = Headers.retryCount(headers) + 1
+  const recoverable = errors.filter((e): e is RecoverableMessageHandlingError =>
+    e instanceof RecoverableMessageHandlingError
+  )
+  if (recoverable.length > 0) {
+    return recoverable.some((e) => e.retryDelay !== undefined)
+      ? Option.none()
+      : Option.some({ transport, attempt, error: recoverable[0] })
+  }
+  if (errors.every((e) => e instanceof UnrecoverableMessageHandlingError)) return Option.none()
+  return Option.some({ transport, attempt, error: errors[0] })
+}
+
+/**
+ * The outcome of a delivery: what happened, the transport it came from, its headers as claimed, and the
+ * strategy's answer to `question` (`None` — give up — when there was no question).
+ *
+ * @since 0.1.0
+ * @category rules
+ */
+export const decide = (
+  happened: Happened,
+  transport: string,
+  headers: Headers.Headers,
+  answer: Option.Option<Duration.Duration>
+): Outcome => {
+  switch (happened._tag) {
+    case "Handled":
+      return { _tag: "Ack", type: headers.type }
+    case "Interrupted":
+      return release
+    case "Rejected":
+    case "Died":
+      return fail(headers, transport, errorDetails(Cause.fail(happened.error)))
+    case "HandlersFailed": {
+      const errors = failures(happened.causes)
+      const recoverable = errors.filter((e): e is RecoverableMessageHandlingError =>
+        e instanceof RecoverableMessageHandlingError
+      )
+      const error = errorDetails(recoverable.length > 0 ? Cause.fail(recoverable[0]) : happened.causes[0]!)
+      const base = happened.handledBy.length > 0 ? Headers.patch(headers, { handledBy: happened.handledBy }) : headers
+      if (recoverable.length > 0) {
+        const explicit = recoverable.flatMap((e) => (e.retryDelay === undefined ? [] : [e.retryDelay]))
+        const delay = explicit.length > 0
+          ? explicit.reduce((a, b) => Duration.min(a, b))
+          : Option.getOrElse(answer, () => lastDelay(headers))
+        return retry(base, error, delay)
+      }
+      if (errors.every((e) => e instanceof UnrecoverableMessageHandlingError)) return fail(base, transport, error)
+      return Option.match(answer, {
+        onNone: () => fail(base, transport, error),
+        onSome: (delay) => retry(base, error, delay)
+      })
+    }
+  }
+}
+
+const fail = (headers: Headers.Headers, transport: string, error: Headers.ErrorDetails): Outcome => ({
+  _tag: "Fail",
+  type: headers.type,
+  error,
+  headers: Headers.patch(headers, { errorDetails: error, originalTransport: headers.originalTransport ?? transport })
+})
+
+const retry = (headers: Headers.Headers, error: Headers.ErrorDetails, delay: Duration.Duration): Outcome => {
+  const attempt = Headers.retryCount(headers) + 1
+  return {
+    _tag: "Retry",
+    type: headers.type,
+    attempt,
+    delay,
+    error,
+    headers: Headers.withRedelivery(
+      headers,
+      new Headers.Redelivery({
+        retryCount: attempt,
+        delayMs: Duration.toMillis(delay),
+        errorTag: error.tag,
+        errorMessage: error.message
+      })
+    )
+  }
+}
+
+/** A recoverable error the strategy would not retry: the last delay again (1 second when there was none). */
+const lastDelay = (headers: Headers.Headers): Duration.Duration => {
+  const history = headers.redeliveries ?? []
+  return history.length === 0 ? Duration.seconds(1) : Duration.millis(history[history.length - 1]!.delayMs)
+}

@@ -1,0 +1,126 @@
+/**
+ * A worker's session on the PostgreSQL transport: its claims run on a connection of its own (held while the
+ * session lives, named `effect-outbox worker` in `pg_stat_activity`), and it waits on the transport's LISTEN
+ * connection. Each empty claim answers when the next message is due, from the same round trip.
+ *
+ * @internal
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import type { ReceivedMessage } from "../../domain/Envelope.js"
+import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../domain/Errors.js"
+import { compareIds } from "../../internal/compareIds.js"
+import { checkKnown, unknownTransport } from "../../internal/transports.js"
+import type { Claimed, Session } from "../../services/Transport.js"
+import * as HeldConnection from "../internal/heldConnection.js"
+import type * as PgWakeups from "./PgWakeups.js"
+import { type ClaimedRow, claimCall, type Statements } from "./sql/transport.js"
+
+/** What the session needs of its transport. @internal */
+export interface Resolved {
+  readonly queueName: string
+  readonly redeliverTimeoutMs: number
+}
+
+/** @internal */
+export interface SessionOptions {
+  readonly sql: SqlClient.SqlClient
+  readonly table: string
+  readonly transports: ReadonlyMap<string, Resolved>
+  readonly statements: Statements
+  readonly wakeups: ReturnType<typeof PgWakeups.make>
+  /** Whether sessions hold a connection of their own (the pool has room for one). */
+  readonly ownConnection: boolean
+  readonly exec: <A extends object>(statement: Effect.Effect<ReadonlyArray<A>, SqlError>) => Effect.Effect<
+    ReadonlyArray<A>,
+    SqlError
+  >
+  readonly toError: (transport: string, operation: string, error: SqlError) => TransportError | StorageNotReadyError
+}
+
+/** The `application_name` of a session's connection. @internal */
+export const applicationName = "effect-outbox worker"
+
+/** @internal */
+export const open = (options: SessionOptions) =>
+(
+  names: ReadonlyArray<string>
+): Effect.Effect<Session, UnknownTransportError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { statements, transports } = options
+    yield* checkKnown(names, transports)
+    const own = new Set(names)
+    const subscription = yield* options.wakeups.subscribe(new Set(names.map((name) => transports.get(name)!.queueName)))
+    const connection = options.ownConnection ? HeldConnection.make(options.sql, applicationName) : undefined
+    if (connection !== undefined) yield* Effect.addFinalizer(() => connection.release)
+    const text = claimCall(options.table)
+    const inTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
+      Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
+
+    const claim: Session["claim"] = (name, batchSize, acks) =>
+      Effect.withFiberRuntime<Claimed, TransportError | UnknownTransportError | StorageNotReadyError>((fiber) => {
+        const transport = transports.get(name)
+        if (transport === undefined || !own.has(name)) return Effect.fail(unknownTransport(name, names))
+        const { queueName, redeliverTimeoutMs: leaseMs } = transport
+        const batch = Math.max(1, Math.floor(batchSize))
+        const sentAt = performance.now()
+        // Inside a caller's transaction: its connection, and its commit (never relaxed).
+        const tx = inTransaction(fiber)
+        const viaSql = () => options.exec(statements.claim(queueName, leaseMs, batch, acks, !tx))
+        const rows = connection === undefined || tx
+          ? viaSql()
+          : connection.execute<ClaimedRow>(text, [queueName, leaseMs, batch, acks, true], viaSql)
+        return Effect.mapBoth(rows, {
+          onFailure: (error) => options.toError(name, acks.length === 0 ? "claim" : "ackAndClaim", error),
+          onSuccess: (claimed): Claimed => {
+            // Leased nothing: the one row says when the next message is due.
+            if (claimed.length === 1 && claimed[0]!.id === null) {
+              return { messages: [], nextDue: untilDue(sentAt, claimed[0]!.available_ms) }
+            }
+            return { messages: claimed.map(toReceived(name)).sort(byAvailability), nextDue: Option.none() }
+          }
+        })
+      })
+
+    return {
+      transports: names,
+      claim,
+      wait: (maxWait) => options.wakeups.wait(subscription, maxWait)
+    }
+  })
+
+const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
+  id: row.id!,
+  transport: name,
+  messageId: row.message_id,
+  body: row.body,
+  headers: row.headers,
+  // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
+  createdAt: new Date(row.created_ms),
+  availableAt: new Date(row.available_ms!),
+  deliveries: row.delivery_count
+})
+
+const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {
+  const d = a.availableAt.getTime() - b.availableAt.getTime()
+  return d !== 0 ? d : compareIds(a.id, b.id)
+}
+
+/**
+ * When to claim again for a message due in `ms` (as the server counted when the statement started). Counted from
+ * the statement's send, not its answer: an answer can take milliseconds to arrive on a machine woken from an idle,
+ * and counting from its arrival would wake the worker late. A long wait ends early — long timers fire late and the
+ * first statement after an idle answers slowly — so the claim then finds nothing yet and says how long is left, and
+ * a short second wait ends at the due time.
+ */
+const untilDue = (sentAt: number, ms: number | null): Option.Option<Duration.Duration> => {
+  if (ms === null) return Option.none()
+  const left = Math.max(0, sentAt + ms - performance.now())
+  return Option.some(Duration.millis(left > 20 ? Math.floor(left * 0.95) - 10 : Math.ceil(left) + 1))
+}

@@ -1,0 +1,17 @@
+/**
+ * Identifier quoting for statements kept as text (the claim call, frozen migrations). Names reach here
+ * validated (`Identifier.validateTableName`), so quoting only guards the case of the letters.
+ *
+ * @internal
+ */
+
+/** `schema.name` → `"schema"."name"`, as `@effect/sql-pg` quotes identifiers. @internal */
+export const quote = (name: string): string =>
+  name.split(".").map((part) => `"${part.replace(/"/g, "\"\"")}"`).join(".")
+
+/** An index or constraint name derived from the table's, within PostgreSQL's 63 bytes. @internal */
+export const derivedName = (table: string, suffix: string): string =>
+  `${table.replace(/\./g, "_").slice(0, 63 - suffix.length)}${suffix}`
+
+/** The name of a table's claim function: `<table>_claim`, in the table's schema. @internal */
+export const claimFunction = (table: string): string => `${table}_claim`

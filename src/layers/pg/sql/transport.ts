@@ -1,0 +1,148 @@
+/**
+ * Every statement of the PostgreSQL transport, in one place: built from the `SqlClient` (without transforms)
+ * and the validated table. The layer (`PgTransport`) only runs them.
+ *
+ * @internal
+ */
+import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as Statement from "@effect/sql/Statement"
+import { claimFunction, quote } from "./identifiers.js"
+
+/** A row as the operator statements read it. @internal */
+export interface StoredRow {
+  readonly id: string
+  readonly message_id: string
+  readonly body: string
+  readonly headers: string
+  readonly created_at: Date
+  readonly available_at: Date
+  readonly delivered_at?: Date | null
+  readonly delivery_count: number
+}
+
+/** A row of the claim function: a leased message, or — `id` NULL — "nothing; next due in `available_ms`". @internal */
+export interface ClaimedRow {
+  readonly id: string | null
+  readonly message_id: string
+  readonly body: string
+  readonly headers: string
+  readonly created_ms: number
+  readonly available_ms: number | null
+  readonly delivery_count: number
+}
+
+/** One message to insert. @internal */
+export interface Insert {
+  readonly messageId: string
+  readonly body: string
+  readonly headers: string
+  readonly delayMs: number
+}
+
+/** The counts of `stats`. @internal */
+export interface StatsRow {
+  readonly ready: number
+  readonly delayed: number
+  readonly in_flight: number
+  readonly failed: number
+  readonly oldest_ms: number | null
+}
+
+/**
+ * The claim call as text, as the worker's session sends it on its own connection: $1 queue, $2 lease in ms,
+ * $3 batch size, $4 the ids to delete first (bigint[]), $5 relaxed commit (the claim is its own transaction).
+ * The function is migration 4's (`migrations.ts`).
+ *
+ * @internal
+ */
+export const claimCall = (table: string): string =>
+  `SELECT * FROM ${quote(claimFunction(table))}($1, $2, $3, $4::bigint[], $5)`
+
+/** The statements of one table. @internal */
+export const make = (sql: SqlClient.SqlClient, table: string, options: { readonly channel: string | undefined }) => {
+  const t = sql(table)
+  const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
+  const columns = sql.literal(
+    "id::text AS id, message_id::text AS message_id, body, headers, created_at, available_at, delivered_at, delivery_count"
+  )
+  /** `pg_notify` once per statement, piggy-backed on it (no extra round trip); delivered at commit. */
+  const notifying = (queue: string, statement: Statement.Fragment) =>
+    options.channel !== undefined
+      ? sql`WITH changed AS (${statement} RETURNING 1)
+          SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM changed HAVING count(*) > 0`
+      : sql`${statement} RETURNING 1`
+  const lease = (leaseMs: number) => sql`now() - ${leaseMs}::float8 * interval '1 millisecond'`
+
+  return {
+    insertOne: (queue: string, m: Insert) =>
+      notifying(
+        queue,
+        sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
+          VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${queue}, now(),
+                  now() + ${m.delayMs}::float8 * interval '1 millisecond')`
+      ),
+    insertMany: (queue: string, messages: ReadonlyArray<Insert>) =>
+      notifying(
+        queue,
+        sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
+          SELECT m, b, h, ${queue}, now(), now() + d * interval '1 millisecond'
+          FROM unnest(${messages.map((m) => m.messageId)}::uuid[], ${messages.map((m) => m.body)}::text[],
+                      ${messages.map((m) => m.headers)}::text[], ${messages.map((m) => m.delayMs)}::float8[])
+               WITH ORDINALITY AS x(m, b, h, d, n)
+          ORDER BY n`
+      ),
+    claim: (queue: string, leaseMs: number, batchSize: number, acked: ReadonlyArray<string>, relaxed: boolean) =>
+      sql<ClaimedRow>`SELECT * FROM ${sql(claimFunction(table))}(${queue}, ${leaseMs}, ${batchSize}, ${
+        ids(acked)
+      }, ${relaxed})`,
+    ack: (queue: string, values: ReadonlyArray<string>) =>
+      sql`DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue}`,
+    retry: (queue: string, id: string, delayMs: number, headers: string) =>
+      sql`UPDATE ${t} SET available_at = now() + ${delayMs}::float8 * interval '1 millisecond',
+            delivered_at = NULL, headers = ${headers}
+          WHERE id = ${id}::bigint AND queue_name = ${queue}`,
+    fail: (queue: string, id: string, failureQueue: string, headers: string) =>
+      sql`UPDATE ${t} SET queue_name = ${failureQueue}, available_at = now(), delivered_at = NULL, headers = ${headers}
+          WHERE id = ${id}::bigint AND queue_name = ${queue}`,
+    keepalive: (queue: string, values: ReadonlyArray<string>) =>
+      sql`UPDATE ${t} SET delivered_at = now()
+          WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} AND delivered_at IS NOT NULL`,
+    release: (queue: string, values: ReadonlyArray<string>) =>
+      notifying(
+        queue,
+        sql`UPDATE ${t} SET delivered_at = NULL, delivery_count = greatest(delivery_count - 1, 0)
+          WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} AND delivered_at IS NOT NULL`
+      ),
+    list: (queue: string, limit: number) =>
+      sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE queue_name = ${queue} ORDER BY id LIMIT ${limit}`,
+    listPage: (queue: string, after: string, size: number) =>
+      sql<StoredRow>`SELECT ${columns} FROM ${t}
+        WHERE queue_name = ${queue} AND id > ${after}::bigint ORDER BY id LIMIT ${size}`,
+    find: (queue: string, id: string) =>
+      sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE id = ${id}::bigint AND queue_name = ${queue}`,
+    remove: (queue: string, values: ReadonlyArray<string>) =>
+      sql`DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} RETURNING id`,
+    move: (fromQueue: string, id: string, toQueue: string, headers: string) =>
+      notifying(
+        toQueue,
+        sql`UPDATE ${t} SET queue_name = ${toQueue}, available_at = now(),
+          delivered_at = NULL, delivery_count = 0, headers = ${headers}
+        WHERE id = ${id}::bigint AND queue_name = ${fromQueue}`
+      ),
+    stats: (queue: string, failureQueue: string, leaseMs: number) =>
+      sql<StatsRow>`SELECT
+          count(*) FILTER (WHERE queue_name = ${queue} AND available_at <= now()
+            AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)}))::int AS ready,
+          count(*) FILTER (WHERE queue_name = ${queue} AND available_at > now()
+            AND delivered_at IS NULL)::int AS delayed,
+          count(*) FILTER (WHERE queue_name = ${queue} AND delivered_at >= ${lease(leaseMs)})::int AS in_flight,
+          count(*) FILTER (WHERE queue_name = ${failureQueue})::int AS failed,
+          (extract(epoch FROM now() - min(available_at) FILTER (WHERE queue_name = ${queue}
+            AND available_at <= now() AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)}))) * 1000)::float8
+            AS oldest_ms
+        FROM ${t} WHERE queue_name IN (${queue}, ${failureQueue})`
+  }
+}
+
+/** The statements of one table. @internal */
+export type Statements = ReturnType<typeof make>

@@ -1,0 +1,117 @@
+/**
+ * The worker: claims batches, runs the handlers, records each outcome.
+ *
+ * @since 0.1.0
+ */
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import type { StorageNotReadyError, UnknownTransportError } from "../../domain/Errors.js"
+import { Handlers } from "../../services/Handlers.js"
+import * as IdempotencyStore from "../../services/IdempotencyStore.js"
+import { RetryStrategy } from "../../services/RetryStrategy.js"
+import { Transport } from "../../services/Transport.js"
+import * as IdempotencyPurge from "../IdempotencyPurge.js"
+import * as Acks from "./acks.js"
+import * as Heartbeat from "./heartbeat.js"
+import * as Limits from "./limits.js"
+import * as Loop from "./loop.js"
+import type { WorkerOptions, WorkerSummary } from "./model.js"
+import type { RunState } from "./state.js"
+
+export {
+  /** @since 0.1.0 */
+  type StopReason,
+  /** @since 0.1.0 */
+  WorkerEvent,
+  /** @since 0.1.0 */
+  type WorkerOptions,
+  /** @since 0.1.0 */
+  type WorkerSummary
+} from "./model.js"
+
+/** The loop restarts after a storage failure: quickly at first, then every 10 seconds. */
+const restartSchedule = Schedule.exponential("100 millis").pipe(
+  Schedule.union(Schedule.spaced("10 seconds")),
+  Schedule.resetAfter("1 minute")
+)
+
+/**
+ * Runs the worker until a limit stops it (or forever). Storage failures — the database down, connections
+ * killed — are logged and the loop restarts with exponential backoff (100 ms up to 10 s); writes of outcomes
+ * are retried for up to a minute, so a database restart loses and repeats nothing. Interrupted (SIGTERM/SIGINT
+ * under `NodeRuntime.runMain`), it lets in-flight handlers finish within `shutdownTimeout`, records their
+ * outcomes, and releases the messages it claimed but did not start.
+ *
+ * It fails — and does not spin — when a transport name is unknown (`UnknownTransportError`, at once) or the
+ * storage is not set up (`StorageNotReadyError`); a defect (a bug in a handler's hook, an unexpected throw)
+ * ends it as a defect. Neither is ever reported as a clean stop.
+ *
+ * With an `IdempotencyStore` in context it also runs the store's retention job (`IdempotencyPurge`) unless
+ * `idempotencyPurge: false`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const run = (
+  options: WorkerOptions
+): Effect.Effect<
+  WorkerSummary,
+  UnknownTransportError | StorageNotReadyError,
+  Transport | Handlers | RetryStrategy
+> =>
+  Effect.gen(function*() {
+    const transport = yield* Transport
+    const registry = yield* Handlers
+    const strategy = yield* RetryStrategy
+    const session = yield* transport.open(options.transports)
+    const capabilities = session.transports.map((name) => Option.getOrUndefined(transport.capabilities(name)))
+    // With one transport the next claim always follows the batch; with several it may be another transport's.
+    const rideOnClaims = session.transports.length === 1 && capabilities[0]?.ackWithClaim === true
+    const acks = yield* Acks.make(session.transports, rideOnClaims)
+    const state: RunState = {
+      options,
+      transport,
+      session,
+      registry,
+      strategy,
+      acks,
+      limits: Limits.make(options, yield* Clock.currentTimeMillis),
+      shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds"),
+      countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))
+    }
+    const store = yield* Effect.serviceOption(IdempotencyStore.IdempotencyStore)
+    if (Option.isSome(store) && options.idempotencyPurge !== false) {
+      yield* Effect.forkScoped(
+        IdempotencyPurge.run(options.idempotencyPurge ?? {}).pipe(
+          Effect.provideService(IdempotencyStore.IdempotencyStore, store.value)
+        )
+      )
+    }
+    yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports))
+    const writer = yield* Effect.forkScoped(Acks.writer(acks, transport))
+    // Last: the acks still queued are written (the leases renewed until they are), whatever ended the run.
+    const finish = Effect.zipRight(
+      Fiber.interrupt(writer),
+      Acks.flush(acks, transport).pipe(Effect.catchAll((error) => Effect.logError("outbox worker: ack failed", error)))
+    )
+    const reason = yield* Loop.run(state).pipe(
+      Effect.tapError((error) =>
+        error._tag === "TransportError"
+          ? Effect.logError("outbox worker: storage failure, restarting the loop", error)
+          : Effect.void
+      ),
+      Effect.retry({ schedule: restartSchedule, while: (error) => error._tag === "TransportError" }),
+      // The restart schedule never ends: a storage failure cannot get past it.
+      Effect.catchTag("TransportError", (error) => Effect.die(error)),
+      Effect.catchTag("StopWorker", (stop) => Effect.succeed(stop.reason)),
+      Effect.tapError((error) => Effect.logError(`outbox worker: stopped: ${error.message}`)),
+      Effect.ensuring(finish),
+      Effect.onInterrupt(() => Effect.logInfo("outbox worker: stopped by interruption")),
+      Effect.annotateLogs({ worker: "effect-outbox" })
+    )
+    return { ...state.limits.counts, stoppedBy: reason }
+  }).pipe(Effect.scoped)

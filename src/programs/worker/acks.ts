@@ -1,0 +1,195 @@
+/**
+ * The ack sink: what the worker holds per transport (claimed, not yet settled in storage — their leases are
+ * renewed) and the handled messages whose ack is not written yet. Acks ride on the next claim when the backend
+ * can ack with a claim; what waited `ackInterval` without one — a long batch, an idle queue, a backend without
+ * `ackWithClaim` — is written by a background writer, never on the way of a handler.
+ *
+ * @internal
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import type { TransportShape } from "../../services/Transport.js"
+
+/** How often finished messages are acked while the rest of a batch runs. */
+const ackIntervalMs = 25
+
+/** Writes of outcomes survive a short database outage (a restart, killed connections). @internal */
+export const storageRetry = Schedule.exponential("50 millis").pipe(
+  Schedule.union(Schedule.spaced("2 seconds")),
+  Schedule.upTo("1 minute")
+)
+
+/** @internal */
+export interface Acks {
+  /** Per transport: claimed messages not yet settled in storage (their leases are renewed). */
+  readonly held: Map<string, Set<string>>
+  /** Per transport: handled messages whose ack is not written yet. */
+  readonly queued: Map<string, Array<string>>
+  /** When the oldest unwritten ack of a transport was queued (`Date.now()`). */
+  readonly since: Map<string, number>
+  /** Something to write: wakes the writer. */
+  readonly pending: Queue.Queue<void>
+  /** Write every queued ack now (set by `flushNow`, read by the writer). */
+  urgent: boolean
+  /** Resumes the writer while it waits out the ack interval. */
+  interruptWait: (() => void) | undefined
+  /** Acks ride on the next claim: the writer is only needed for long batches and idle queues. */
+  readonly rideOnClaims: boolean
+  /** When the running batch started (`Date.now()`). */
+  batchStartedAt: number
+  /** The writer was signalled and has not gone back to waiting. */
+  writerAwake: boolean
+}
+
+/** @internal */
+export const make = (names: ReadonlyArray<string>, rideOnClaims: boolean): Effect.Effect<Acks> =>
+  Effect.map(Queue.sliding<void>(1), (pending) => ({
+    held: new Map(names.map((name) => [name, new Set<string>()])),
+    queued: new Map(names.map((name) => [name, []])),
+    since: new Map(),
+    pending,
+    urgent: false,
+    interruptWait: undefined,
+    rideOnClaims,
+    batchStartedAt: 0,
+    writerAwake: false
+  }))
+
+/** The claimed, unsettled messages of a transport. @internal */
+export const heldOf = (acks: Acks, name: string): Set<string> => {
+  let held = acks.held.get(name)
+  if (held === undefined) {
+    held = new Set()
+    acks.held.set(name, held)
+  }
+  return held
+}
+
+/** Claimed by this worker: held (their leases renewed) until settled. @internal */
+export const hold = (acks: Acks, name: string, ids: Iterable<string>): void => {
+  const held = heldOf(acks, name)
+  for (const id of ids) held.add(id)
+}
+
+/** Settled in storage (acked, retried, failed or released): no longer held. @internal */
+export const settled = (acks: Acks, name: string, ids: Iterable<string>): void => {
+  const held = heldOf(acks, name)
+  for (const id of ids) held.delete(id)
+}
+
+/** Queues the ack of a handled message. @internal */
+export const push = (acks: Acks, name: string, id: string): void => {
+  let queued = acks.queued.get(name)
+  if (queued === undefined) {
+    queued = []
+    acks.queued.set(name, queued)
+  }
+  queued.push(id)
+  const now = Date.now()
+  if (queued.length === 1) acks.since.set(name, now)
+  if (!acks.rideOnClaims || now - acks.batchStartedAt >= ackIntervalMs) wakeWriter(acks)
+}
+
+/** Takes the queued acks of a transport (to send them along with its claim). @internal */
+export const takeForClaim = (acks: Acks, name: string): Array<string> => {
+  if (!acks.rideOnClaims) return []
+  return take(acks, name)
+}
+
+const take = (acks: Acks, name: string): Array<string> => {
+  const queued = acks.queued.get(name)
+  return queued === undefined || queued.length === 0 ? [] : queued.splice(0, queued.length)
+}
+
+/** Acks not written (their claim failed): queued again, so the writer retries them. @internal */
+export const requeue = (acks: Acks, name: string, ids: ReadonlyArray<string>): void => {
+  for (const id of ids) push(acks, name, id)
+}
+
+/** A batch begins: its finished messages are written by the writer once it has run `ackInterval`. @internal */
+export const batchStarted = (acks: Acks, size: number): (() => void) => {
+  acks.batchStartedAt = Date.now()
+  if (!acks.rideOnClaims || size <= 1) return noop
+  const timer = setTimeout(() => wakeWriter(acks), ackIntervalMs)
+  return () => clearTimeout(timer)
+}
+
+const noop = () => {}
+
+/** Asks the writer to write every queued ack now (no claim will carry them). @internal */
+export const flushNow = (acks: Acks): void => {
+  if (acks.rideOnClaims) return
+  acks.urgent = true
+  acks.interruptWait?.()
+}
+
+const wakeWriter = (acks: Acks): void => {
+  if (acks.writerAwake) return
+  acks.writerAwake = true
+  acks.pending.unsafeOffer(undefined)
+}
+
+/** Waits `ms`, or less when `flushNow` is called; resolves with whether it was. */
+const waitOrUrgent = (acks: Acks, ms: number): Effect.Effect<boolean> =>
+  Effect.async<boolean>((resume) => {
+    if (acks.urgent) {
+      resume(Effect.succeed(true))
+      return
+    }
+    const timer = setTimeout(() => {
+      acks.interruptWait = undefined
+      resume(Effect.succeed(false))
+    }, ms)
+    acks.interruptWait = () => {
+      clearTimeout(timer)
+      acks.interruptWait = undefined
+      resume(Effect.succeed(true))
+    }
+    return Effect.sync(() => {
+      clearTimeout(timer)
+      acks.interruptWait = undefined
+    })
+  })
+
+/**
+ * Writes the queued acks (of every transport, or of those whose oldest ack waited the interval), one statement
+ * per transport. Uninterruptible: ids taken from the queue are written, or fail to a storage outage (the
+ * messages come back after their lease) — never dropped by an interruption.
+ *
+ * @internal
+ */
+export const flush = (acks: Acks, transport: TransportShape, dueOnly = false) =>
+  Effect.forEach(Array.from(acks.queued.keys()), (name) => {
+    if (dueOnly && Date.now() - (acks.since.get(name) ?? 0) < ackIntervalMs) return Effect.void
+    const ids = take(acks, name)
+    if (ids.length === 0) return Effect.void
+    return transport.ack(name, ids).pipe(
+      Effect.retry({ schedule: storageRetry, while: (error) => error._tag === "TransportError" }),
+      Effect.tap(() => settled(acks, name, ids))
+    )
+  }, { discard: true }).pipe(Effect.uninterruptible)
+
+/** The background ack writer. @internal */
+export const writer = (acks: Acks, transport: TransportShape) =>
+  Effect.gen(function*() {
+    while (true) {
+      acks.writerAwake = false
+      yield* Queue.take(acks.pending)
+      while (Array.from(acks.queued.values()).some((queued) => queued.length > 0)) {
+        const oldest = Math.min(
+          ...Array.from(acks.queued).flatMap(([name, queued]) => queued.length > 0 ? [acks.since.get(name) ?? 0] : [])
+        )
+        const wait = oldest + ackIntervalMs - Date.now()
+        const urgent = wait > 0 ? yield* waitOrUrgent(acks, wait) : acks.urgent
+        acks.urgent = false
+        yield* flush(acks, transport, !urgent).pipe(
+          Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages will come back", error))
+        )
+      }
+    }
+  }).pipe(Effect.interruptible)
+
+/** The interval, for the doc of the worker's options. @internal */
+export const ackInterval = Duration.millis(ackIntervalMs)

@@ -1,0 +1,203 @@
+/**
+ * One claimed batch: its messages handled in the runner (at the configured concurrency), each outcome
+ * recorded, the unstarted messages given back; on shutdown, the handlers in flight get `shutdownTimeout`.
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import type { ReceivedMessage } from "../../domain/Envelope.js"
+import type { TransportError, UnknownTransportError } from "../../domain/Errors.js"
+import type * as Outcome from "../../domain/Outcome.js"
+import type { TransportShape } from "../../services/Transport.js"
+import * as Acks from "./acks.js"
+import { handle } from "./handle.js"
+import * as Limits from "./limits.js"
+import { WorkerEvent } from "./model.js"
+import type { BatchHandle, BatchRunner } from "./runner.js"
+import type { RunState } from "./state.js"
+
+/**
+ * Gives claimed messages that no handler started back at once (their claim does not count as a delivery); a
+ * storage failure leaves them to their lease.
+ *
+ * @internal
+ */
+export const giveBack = (acks: Acks.Acks, transport: TransportShape, name: string, ids: ReadonlyArray<string>) =>
+  ids.length === 0 ? Effect.void : transport.release(name, ids).pipe(
+    Effect.retry({ schedule: Acks.storageRetry, while: (error) => error._tag === "TransportError" }),
+    Effect.tap(() => Acks.settled(acks, name, ids)),
+    Effect.catchAll(() => Effect.void)
+  )
+
+/** Writes a retry or a move to the failure queue, then logs it and reports it. */
+const write = (
+  state: RunState,
+  row: ReceivedMessage,
+  outcome: Extract<Outcome.Outcome, { _tag: "Retry" | "Fail" }>,
+  durationMs: number
+) => {
+  const { acks, limits, options, transport } = state
+  const retry = outcome._tag === "Retry"
+  const stored = retry
+    ? transport.retry(row, { delay: outcome.delay, headers: outcome.headers })
+    : transport.fail(row, outcome.headers)
+  return stored.pipe(
+    Effect.retry({ schedule: Acks.storageRetry, while: (error) => error._tag === "TransportError" }),
+    Effect.zipRight(Effect.suspend(() => {
+      Acks.settled(acks, row.transport, [row.id])
+      const error = `${outcome.error.tag}: ${outcome.error.message}`
+      if (retry) {
+        limits.counts.retried++
+        return Effect.logWarning(
+          `outbox worker: retry #${outcome.attempt} of ${outcome.type} ${row.messageId} in ${
+            Duration.format(outcome.delay)
+          }: ${error}`
+        )
+      }
+      limits.counts.failed++
+      return Effect.logError(`outbox worker: ${outcome.type} ${row.messageId} moved to the failure queue: ${error}`)
+    })),
+    Effect.zipRight(
+      options.onEvent === undefined ? Effect.void : options.onEvent(
+        retry
+          ? WorkerEvent.Retried({
+            transport: row.transport,
+            messageId: row.messageId,
+            type: outcome.type,
+            durationMs,
+            attempt: outcome.attempt,
+            delayMs: Duration.toMillis(outcome.delay),
+            error: outcome.error
+          })
+          : WorkerEvent.Failed({
+            transport: row.transport,
+            messageId: row.messageId,
+            type: outcome.type,
+            durationMs,
+            error: outcome.error
+          })
+      )
+    )
+  )
+}
+
+/**
+ * Runs a batch in the runner and records each outcome; `onStart` is called once the batch is the runner's (the
+ * loop no longer holds its rows).
+ *
+ * @internal
+ */
+export const process = (
+  state: RunState,
+  runner: BatchRunner,
+  name: string,
+  batch: ReadonlyArray<ReceivedMessage>,
+  onStart: () => void
+) =>
+  Effect.suspend(() => {
+    const { acks, limits, options, registry, strategy, transport } = state
+    const onEvent = options.onEvent
+    const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
+    const countsDeliveries = state.countsDeliveries.get(name) ?? true
+    // Claimed but not handed to a handler: given back at once when the batch ends.
+    const unstarted = new Set(batch.map((row) => row.id))
+    // Started and not finished: if the batch is interrupted (shutdown timeout), these go back at once.
+    const running = new Set<string>()
+    // After an interruption (shutdown) no further message of the batch starts.
+    let draining = false
+    const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined
+
+    const record = (
+      row: ReceivedMessage,
+      outcome: Outcome.Outcome,
+      durationMs: number
+    ): Effect.Effect<void, TransportError | UnknownTransportError> => {
+      switch (outcome._tag) {
+        case "Release":
+          unstarted.add(row.id)
+          return Effect.void
+        case "Ack":
+          Acks.push(acks, name, row.id)
+          limits.counts.handled++
+          return onEvent === undefined ? Effect.void : onEvent(WorkerEvent.Handled({
+            transport: name,
+            messageId: row.messageId,
+            type: outcome.type,
+            durationMs
+          }))
+        default:
+          // Outcome writes end in a storage failure only after a minute of retries: the loop restarts then.
+          return write(state, row, outcome, durationMs)
+      }
+    }
+
+    const run = (row: ReceivedMessage, now: number) => {
+      if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
+      unstarted.delete(row.id)
+      running.add(row.id)
+      return Effect.flatMap(handle(row, registry, strategy, countsDeliveries), (outcome) => {
+        running.delete(row.id)
+        // hot path: an ack without an event hook needs no effect at all
+        if (outcome._tag === "Ack" && onEvent === undefined) {
+          Acks.push(acks, name, row.id)
+          limits.counts.handled++
+          return Effect.void
+        }
+        return timed
+          ? Effect.flatMap(Clock.currentTimeMillis, (end) => Effect.uninterruptible(record(row, outcome, end - now)))
+          : Effect.uninterruptible(record(row, outcome, 0))
+      })
+    }
+    const one = (row: ReceivedMessage) =>
+      timed ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, now)) : Effect.suspend(() => run(row, 0))
+
+    // The acks of the batch ride on the next claim or go to the writer; what was claimed but not started (a
+    // limit, shutdown, a failure mid-batch) goes back at once.
+    const settle = Effect.suspend(() => {
+      Acks.flushNow(acks)
+      for (const id of running) unstarted.add(id)
+      return giveBack(acks, transport, name, Array.from(unstarted))
+    })
+
+    // After an interruption, the handlers in flight get `shutdownTimeout` to finish (then the runner is
+    // interrupted: a racing Effect.timeout would be interrupted with us).
+    const drain = <E>(work: BatchHandle<E>, joined: Exit.Exit<void, E>) =>
+      Effect.gen(function*() {
+        draining = true
+        yield* Effect.logInfo(
+          `outbox worker: shutting down, waiting up to ${
+            Duration.format(state.shutdownTimeout)
+          } for the handlers in flight`
+        )
+        const timer = yield* Effect.forkDaemon(
+          Effect.interruptible(Effect.sleep(state.shutdownTimeout)).pipe(Effect.zipRight(Fiber.interrupt(runner.fiber)))
+        )
+        const late = yield* Effect.exit(work.await)
+        yield* Fiber.interrupt(timer)
+        if (Exit.isFailure(late) && Cause.isInterruptedOnly(late.cause)) {
+          yield* Effect.logWarning("outbox worker: handlers still running at the shutdown timeout were interrupted")
+        }
+        yield* settle
+        return yield* joined
+      })
+
+    // hot path: no generator between a claim's answer and the handler's start (see BENCHMARKS.md)
+    return Effect.uninterruptibleMask((restore) => {
+      onStart()
+      const stopTimer = Acks.batchStarted(acks, batch.length)
+      const work = runner.submit(
+        batch.length === 1 ? one(batch[0]!) : Effect.forEach(batch, one, { concurrency, discard: true })
+      )
+      return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
+        stopTimer()
+        return Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)
+          ? Effect.zipRight(settle, joined)
+          : drain(work, joined)
+      })
+    })
+  })

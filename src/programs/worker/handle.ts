@@ -1,0 +1,150 @@
+/**
+ * Handling one claimed message: the row decoded into an envelope, its handlers run, and the outcome decided by
+ * the rules of `Outcome`. Never fails: every error of a handler becomes an outcome.
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import type { Envelope, ReceivedMessage } from "../../domain/Envelope.js"
+import { MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
+import * as Headers from "../../domain/Headers.js"
+import * as Message from "../../domain/Message.js"
+import type { MessageId } from "../../domain/MessageId.js"
+import * as Outcome from "../../domain/Outcome.js"
+import type { HandlersShape, RegisteredHandler } from "../../services/Handlers.js"
+import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
+
+type Decoded = {
+  readonly envelope: Envelope
+  readonly handlers: ReadonlyArray<RegisteredHandler>
+}
+
+type Rejected = { readonly headers: Headers.Headers; readonly error: MessageDecodeError | NoHandlerForMessageError }
+
+/** The envelope and the handlers of a row, or why it cannot be handled. @internal */
+export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Either<Decoded, Rejected> => {
+  const headersResult = Headers.decode(row.headers)
+  if (Either.isLeft(headersResult)) {
+    return Either.left({
+      headers: new Headers.Headers({ type: headersResult.left.type ?? "<unknown>", rawHeaders: row.headers }),
+      error: headersResult.left
+    })
+  }
+  const headers = headersResult.right
+  const cls = registry.messageClass(headers.type)
+  if (cls === undefined) {
+    return Either.left({
+      headers,
+      error: new MessageDecodeError({
+        reason: "UnknownType",
+        type: headers.type,
+        message: `Unknown message type ${JSON.stringify(headers.type)}: no message class is registered for it`
+      })
+    })
+  }
+  const message = Message.decodeBody(cls, row.body)
+  if (Either.isLeft(message)) return Either.left({ headers, error: message.left })
+  const handlers = registry.handlersFor(headers.type, row.transport)
+  if (handlers.length === 0) {
+    return Either.left({
+      headers,
+      error: new NoHandlerForMessageError({
+        type: headers.type,
+        transport: row.transport,
+        message: `No handler for ${headers.type} received from transport ${row.transport}`
+      })
+    })
+  }
+  return Either.right({
+    envelope: {
+      message: message.right,
+      messageId: row.messageId as MessageId,
+      headers,
+      transport: row.transport,
+      transportId: row.id,
+      deliveries: row.deliveries,
+      body: row.body
+    },
+    handlers
+  })
+}
+
+/**
+ * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
+ * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`).
+ *
+ * @internal
+ */
+export const handle = (
+  row: ReceivedMessage,
+  registry: HandlersShape,
+  strategy: RetryStrategyShape,
+  countsDeliveries: boolean
+): Effect.Effect<Outcome.Outcome> => {
+  const decoded = decode(row, registry)
+  if (Either.isLeft(decoded)) {
+    const { error, headers } = decoded.left
+    return Effect.succeed(Outcome.decide({ _tag: "Rejected", error }, row.transport, headers, Option.none()))
+  }
+  const { envelope, handlers } = decoded.right
+  const died = countsDeliveries ? Outcome.workerDied(row.transport, row.deliveries, envelope.headers) : Option.none()
+  if (Option.isSome(died)) {
+    return Effect.flatMap(strategy.delayFor(died.value), (answer) =>
+      Option.isNone(answer)
+        ? Effect.succeed(
+          Outcome.decide({ _tag: "Died", error: died.value.error }, row.transport, envelope.headers, answer)
+        )
+        : runHandlers(envelope, handlers, strategy))
+  }
+  return runHandlers(envelope, handlers, strategy)
+}
+
+/** What happened decided: asks the strategy when the rules need it. */
+const settle = (
+  happened: Outcome.Happened,
+  envelope: Envelope,
+  strategy: RetryStrategyShape
+): Effect.Effect<Outcome.Outcome> => {
+  const question = Outcome.question(happened, envelope.transport, envelope.headers)
+  if (Option.isNone(question)) {
+    return Effect.succeed(Outcome.decide(happened, envelope.transport, envelope.headers, Option.none()))
+  }
+  return Effect.map(
+    strategy.delayFor(question.value),
+    (answer) => Outcome.decide(happened, envelope.transport, envelope.headers, answer)
+  )
+}
+
+const runHandlers = (
+  envelope: Envelope,
+  handlers: ReadonlyArray<RegisteredHandler>,
+  strategy: RetryStrategyShape
+): Effect.Effect<Outcome.Outcome> => {
+  // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
+  if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
+    return Effect.flatMap(Effect.exit(handlers[0]!.run(envelope.message, envelope)), (exit) =>
+      Exit.isSuccess(exit)
+        ? Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none()))
+        : Cause.isInterruptedOnly(exit.cause)
+        ? Effect.succeed(Outcome.release)
+        : settle({ _tag: "HandlersFailed", causes: [exit.cause], handledBy: [] }, envelope, strategy))
+  }
+  return Effect.gen(function*() {
+    const done = new Set(envelope.headers.handledBy ?? [])
+    const handledBy = [...done]
+    const causes: Array<Cause.Cause<unknown>> = []
+    for (const h of handlers) {
+      if (done.has(h.name)) continue
+      const exit = yield* Effect.exit(h.run(envelope.message, envelope))
+      if (Exit.isSuccess(exit)) handledBy.push(h.name)
+      else if (Cause.isInterruptedOnly(exit.cause)) return Outcome.release
+      else causes.push(exit.cause)
+    }
+    if (causes.length === 0) return Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())
+    return yield* settle({ _tag: "HandlersFailed", causes, handledBy }, envelope, strategy)
+  })
+}

@@ -1,0 +1,26 @@
+/**
+ * What every part of a worker run reads: its options, services, ack sink and limits.
+ *
+ * @internal
+ */
+import type * as Duration from "effect/Duration"
+import type { HandlersShape } from "../../services/Handlers.js"
+import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
+import type { Session, TransportShape } from "../../services/Transport.js"
+import type { Acks } from "./acks.js"
+import type { Limits } from "./limits.js"
+import type { WorkerOptions } from "./model.js"
+
+/** @internal */
+export interface RunState {
+  readonly options: WorkerOptions
+  readonly transport: TransportShape
+  readonly session: Session
+  readonly registry: HandlersShape
+  readonly strategy: RetryStrategyShape
+  readonly acks: Acks
+  readonly limits: Limits
+  readonly shutdownTimeout: Duration.Duration
+  /** Per transport: whether claims count deliveries (poison detection applies). */
+  readonly countsDeliveries: ReadonlyMap<string, boolean>
+}

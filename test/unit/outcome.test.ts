@@ -1,0 +1,209 @@
+/**
+ * The outcome rules (SPEC §5) over a table of cases: no worker, no transport, no database.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
+import {
+  MessageDecodeError,
+  NoHandlerForMessageError,
+  RecoverableMessageHandlingError,
+  UnrecoverableMessageHandlingError,
+  WorkerDiedError
+} from "../../src/domain/Errors.js"
+import * as Headers from "../../src/domain/Headers.js"
+import * as Outcome from "../../src/domain/Outcome.js"
+
+const fresh = new Headers.Headers({ type: "OrderPaid" })
+const retried = (n: number, delayMs = 1_000) =>
+  new Headers.Headers({
+    type: "OrderPaid",
+    redeliveries: Array.from({ length: n }, (_, i) =>
+      new Headers.Redelivery({ retryCount: i + 1, delayMs, errorTag: "Boom", errorMessage: "boom" }))
+  })
+const failed = (...errors: ReadonlyArray<unknown>): Outcome.Happened => ({
+  _tag: "HandlersFailed",
+  causes: errors.map((e) => Cause.fail(e)),
+  handledBy: []
+})
+const boom = new Error("boom")
+const seconds = (n: number) => Option.some(Duration.seconds(n))
+
+interface Case {
+  readonly title: string
+  readonly happened: Outcome.Happened
+  readonly headers?: Headers.Headers
+  /** The strategy's answer (when asked). */
+  readonly answer?: Option.Option<Duration.Duration>
+  readonly asks: boolean
+  readonly expected: { readonly _tag: Outcome.Outcome["_tag"]; readonly delayMs?: number; readonly errorTag?: string }
+}
+
+const cases: ReadonlyArray<Case> = [
+  { title: "success → ack", happened: Outcome.handled, asks: false, expected: { _tag: "Ack" } },
+  { title: "interruption → release", happened: Outcome.interrupted, asks: false, expected: { _tag: "Release" } },
+  {
+    title: "corrupt headers → fail",
+    happened: { _tag: "Rejected", error: new MessageDecodeError({ reason: "CorruptHeaders", message: "bad" }) },
+    asks: false,
+    expected: { _tag: "Fail", errorTag: "MessageDecodeError" }
+  },
+  {
+    title: "unknown type → fail",
+    happened: { _tag: "Rejected", error: new MessageDecodeError({ reason: "UnknownType", type: "X", message: "?" }) },
+    asks: false,
+    expected: { _tag: "Fail", errorTag: "MessageDecodeError" }
+  },
+  {
+    title: "no handler → fail",
+    happened: {
+      _tag: "Rejected",
+      error: new NoHandlerForMessageError({ type: "OrderPaid", transport: "outbox", message: "none" })
+    },
+    asks: false,
+    expected: { _tag: "Fail", errorTag: "NoHandlerForMessageError" }
+  },
+  {
+    title: "a worker died on it and the strategy gave up → fail",
+    happened: { _tag: "Died", error: new WorkerDiedError({ message: "died", deliveries: 6 }) },
+    asks: false,
+    expected: { _tag: "Fail", errorTag: "WorkerDiedError" }
+  },
+  {
+    title: "unrecoverable → fail without asking the strategy",
+    happened: failed(new UnrecoverableMessageHandlingError({ message: "no" })),
+    asks: false,
+    expected: { _tag: "Fail", errorTag: "UnrecoverableMessageHandlingError" }
+  },
+  {
+    title: "recoverable with a delay → retry after it, without asking",
+    happened: failed(new RecoverableMessageHandlingError({ message: "later", retryDelay: Duration.seconds(7) })),
+    asks: false,
+    expected: { _tag: "Retry", delayMs: 7_000, errorTag: "RecoverableMessageHandlingError" }
+  },
+  {
+    title: "two recoverable delays → the shorter",
+    happened: failed(
+      new RecoverableMessageHandlingError({ message: "a", retryDelay: Duration.seconds(9) }),
+      new RecoverableMessageHandlingError({ message: "b", retryDelay: Duration.seconds(4) })
+    ),
+    asks: false,
+    expected: { _tag: "Retry", delayMs: 4_000 }
+  },
+  {
+    title: "recoverable without a delay → the strategy's delay",
+    happened: failed(new RecoverableMessageHandlingError({ message: "later" })),
+    answer: seconds(3),
+    asks: true,
+    expected: { _tag: "Retry", delayMs: 3_000 }
+  },
+  {
+    title: "recoverable when the strategy gives up → retried anyway, after the last delay",
+    happened: failed(new RecoverableMessageHandlingError({ message: "later" })),
+    headers: retried(5, 81_000),
+    answer: Option.none(),
+    asks: true,
+    expected: { _tag: "Retry", delayMs: 81_000 }
+  },
+  {
+    title: "recoverable, strategy gives up, no history → 1 second",
+    happened: failed(new RecoverableMessageHandlingError({ message: "later" })),
+    answer: Option.none(),
+    asks: true,
+    expected: { _tag: "Retry", delayMs: 1_000 }
+  },
+  {
+    title: "any other failure → the strategy's delay",
+    happened: failed(boom),
+    answer: seconds(2),
+    asks: true,
+    expected: { _tag: "Retry", delayMs: 2_000, errorTag: "Error" }
+  },
+  {
+    title: "any other failure, strategy gives up → fail",
+    happened: failed(boom),
+    answer: Option.none(),
+    asks: true,
+    expected: { _tag: "Fail", errorTag: "Error" }
+  },
+  {
+    title: "a defect → the strategy",
+    happened: { _tag: "HandlersFailed", causes: [Cause.die(new TypeError("bug"))], handledBy: [] },
+    answer: seconds(1),
+    asks: true,
+    expected: { _tag: "Retry", delayMs: 1_000, errorTag: "TypeError" }
+  },
+  {
+    title: "unrecoverable beside another failure → the strategy decides",
+    happened: failed(new UnrecoverableMessageHandlingError({ message: "no" }), boom),
+    answer: Option.none(),
+    asks: true,
+    expected: { _tag: "Fail" }
+  }
+]
+
+describe("Outcome.decide", () => {
+  for (const c of cases) {
+    it(c.title, () => {
+      const headers = c.headers ?? fresh
+      expect(Option.isSome(Outcome.question(c.happened, "outbox", headers))).toBe(c.asks)
+      const outcome = Outcome.decide(c.happened, "outbox", headers, c.answer ?? Option.none())
+      expect(outcome._tag).toBe(c.expected._tag)
+      if (outcome._tag === "Retry") {
+        expect(Duration.toMillis(outcome.delay)).toBe(c.expected.delayMs)
+        expect(outcome.attempt).toBe(Headers.retryCount(headers) + 1)
+        const last = outcome.headers.redeliveries!.at(-1)!
+        expect(last.retryCount).toBe(outcome.attempt)
+        expect(last.delayMs).toBe(c.expected.delayMs)
+      }
+      if (outcome._tag === "Fail") {
+        expect(outcome.headers.errorDetails).toEqual(outcome.error)
+        expect(outcome.headers.originalTransport).toBe("outbox")
+      }
+      if (c.expected.errorTag !== undefined && (outcome._tag === "Retry" || outcome._tag === "Fail")) {
+        expect(outcome.error.tag).toBe(c.expected.errorTag)
+      }
+    })
+  }
+
+  it("the question names the next attempt and the error the strategy must judge", () => {
+    const recoverable = new RecoverableMessageHandlingError({ message: "later" })
+    expect(Outcome.question(failed(boom, recoverable), "outbox", retried(2))).toEqual(
+      Option.some({ transport: "outbox", attempt: 3, error: recoverable })
+    )
+    expect(Outcome.question(failed(boom), "shipping", fresh)).toEqual(
+      Option.some({ transport: "shipping", attempt: 1, error: boom })
+    )
+  })
+
+  it("remembers the handlers that succeeded, on retry and on the way to the failure queue", () => {
+    const happened: Outcome.Happened = { _tag: "HandlersFailed", causes: [Cause.fail(boom)], handledBy: ["audit"] }
+    const retry = Outcome.decide(happened, "outbox", fresh, seconds(1))
+    const fail = Outcome.decide(happened, "outbox", fresh, Option.none())
+    expect(retry._tag === "Retry" && retry.headers.handledBy).toEqual(["audit"])
+    expect(fail._tag === "Fail" && fail.headers.handledBy).toEqual(["audit"])
+  })
+
+  it("keeps the original transport of a message that failed before", () => {
+    const again = new Headers.Headers({ type: "OrderPaid", originalTransport: "shipping" })
+    const outcome = Outcome.decide(failed(new UnrecoverableMessageHandlingError({ message: "no" })), "outbox", again, Option.none())
+    expect(outcome._tag === "Fail" && outcome.headers.originalTransport).toBe("shipping")
+  })
+
+  it("bounds the recorded cause", () => {
+    const outcome = Outcome.decide(failed(new Error("x".repeat(10_000))), "outbox", fresh, Option.none())
+    expect(outcome._tag === "Fail" && outcome.error.cause!.length).toBeLessThanOrEqual(Outcome.maxCauseLength + 1)
+  })
+})
+
+describe("Outcome.workerDied", () => {
+  it("counts deliveries beyond the recorded retries as deaths", () => {
+    expect(Outcome.workerDied("outbox", 1, fresh)).toEqual(Option.none())
+    expect(Outcome.workerDied("outbox", 3, retried(2))).toEqual(Option.none())
+    const died = Option.getOrThrow(Outcome.workerDied("outbox", 4, retried(1)))
+    expect(died.attempt).toBe(3)
+    expect(died.error).toBeInstanceOf(WorkerDiedError)
+    expect(died.error.deliveries).toBe(4)
+  })
+})
