@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import type { Headers } from "./Headers.js"
+import { encode as encodeHeaders, type Headers } from "./Headers.js"
 import type { Tagged } from "./Message.js"
 import type { MessageId } from "./MessageId.js"
 
@@ -20,9 +20,15 @@ export interface Envelope<A extends Tagged = Tagged> {
   readonly headers: Headers
   /** The transport name it was received from. */
   readonly transport: string
-  /** The transport's internal id (the row id for PostgreSQL); changes never, but is not the dedupe key. */
+  /**
+   * The transport's own id of this delivery (the row id for PostgreSQL, stable for the message's life; a
+   * broker's delivery tag, new on every delivery). Never the dedupe key: that is `messageId`.
+   */
   readonly transportId: string
-  /** How many times a worker has claimed it (1 on the first delivery). */
+  /**
+   * Which delivery this is, from 1: every claim where the transport counts deliveries (PostgreSQL, memory),
+   * otherwise 1 + the recorded retries (a broker).
+   */
   readonly deliveries: number
   /**
    * The body exactly as stored (JSON text), set by the worker: what a forwarder sends on unchanged
@@ -95,3 +101,22 @@ export interface TransportStats {
   /** How long the oldest ready message has been waiting (null when none): the sign of a dead or slow worker. */
   readonly oldestReadyAgeMs: number | null
 }
+
+/**
+ * The message to send when a received or stored message moves on to another transport — across backends, or
+ * forwarded to a broker: the same message id and body, the given headers (their type is the message type),
+ * ready at once. The one place such a copy is built.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const resend = (
+  message: Pick<ReceivedMessage | StoredMessage, "messageId" | "body">,
+  headers: Headers
+): OutgoingMessage => ({
+  messageId: message.messageId as MessageId,
+  type: headers.type,
+  body: message.body,
+  headers: encodeHeaders(headers),
+  delayMs: 0
+})

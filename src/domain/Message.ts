@@ -50,7 +50,7 @@ export const classOf = (message: Tagged): MessageClass | undefined => {
 
 const encoders = new WeakMap<MessageClass, (a: unknown) => Effect.Effect<string, ParseResult.ParseError>>()
 
-/** One compiled JSON encoder per message class (building one per dispatch costs ~60 µs). */
+/** One compiled JSON encoder per message class: building one is costly, and a class is dispatched many times. */
 const encoderOf = (schema: MessageClass) => {
   let encoder = encoders.get(schema)
   if (encoder === undefined) {

@@ -1,0 +1,84 @@
+/**
+ * How failed messages are shown: the details of one, as text or JSON.
+ *
+ * @internal
+ */
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import type { StoredMessage } from "../../domain/Envelope.js"
+import * as Headers from "../../domain/Headers.js"
+import { formatAge, formatTime, oneLine, renderTable, truncate } from "./format.js"
+
+export interface FailedDetails {
+  readonly id: string
+  readonly type: string
+  readonly messageId: string
+  readonly failedAt: string
+  readonly error: string
+  readonly errorTag: string
+  readonly errorMessage: string
+  readonly originalTransport: string | null
+  readonly retries: ReadonlyArray<{ readonly retry: number; readonly delayMs: number; readonly error: string }>
+  readonly cause?: string | null
+  readonly body?: unknown
+  readonly bodyDecodable?: boolean
+}
+
+export const describeFailed = (m: StoredMessage, verbose: boolean): FailedDetails => {
+  const decoded = Headers.decode(m.headers)
+  const headers = Either.getOrUndefined(decoded)
+  const details = headers?.errorDetails
+  const errorTag = details?.tag ?? (headers === undefined ? "MessageDecodeError" : "(unknown)")
+  const errorMessage = details?.message ?? (headers === undefined ? "The headers could not be decoded." : "")
+  const base: FailedDetails = {
+    id: m.id,
+    type: headers?.type ?? "(undecodable)",
+    messageId: m.messageId,
+    failedAt: formatTime(m.availableAt),
+    error: `${errorTag}: ${errorMessage}`,
+    errorTag,
+    errorMessage,
+    originalTransport: headers?.originalTransport ?? null,
+    retries: (headers?.redeliveries ?? []).map((r) => ({
+      retry: r.retryCount,
+      delayMs: r.delayMs,
+      error: `${r.errorTag}: ${r.errorMessage}`
+    }))
+  }
+  if (!verbose) return base
+  let body: unknown = m.body
+  let bodyDecodable = true
+  try {
+    body = JSON.parse(m.body)
+  } catch {
+    bodyDecodable = false
+  }
+  return { ...base, cause: details?.cause ?? null, body, bodyDecodable }
+}
+
+export const printFailed = (d: FailedDetails) =>
+  Effect.gen(function*() {
+    yield* Console.log("Failed Message Details")
+    yield* Console.log(renderTable(["Field", "Value"], [
+      ["Id", d.id],
+      ["Class", d.type],
+      ["Message Id", d.messageId],
+      ["Failed at", d.failedAt],
+      ["Error", truncate(oneLine(d.errorMessage), 200)],
+      ["Error Class", d.errorTag],
+      ["Transport", d.originalTransport ?? "(unknown)"]
+    ]))
+    yield* Console.log("Message history:")
+    if (d.retries.length === 0) yield* Console.log("  (no retries)")
+    for (const r of d.retries) yield* Console.log(`  * retry #${r.retry} after ${formatAge(r.delayMs)}: ${r.error}`)
+    if (d.body === undefined) {
+      yield* Console.log(`Re-run with -v to see the cause and the message body.`)
+    } else {
+      yield* Console.log("Cause:")
+      yield* Console.log(d.cause ?? "(no data)")
+      yield* Console.log(d.bodyDecodable ? "Message:" : "Message (undecodable, raw body):")
+      yield* Console.log(d.bodyDecodable ? JSON.stringify(d.body, null, 2) : String(d.body))
+    }
+    yield* Console.log(`Run "failed:retry ${d.id}" to retry this message, "failed:remove ${d.id}" to delete it.`)
+  })
