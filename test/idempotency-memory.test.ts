@@ -1,12 +1,13 @@
 /**
- * The in-memory idempotency store as users would use it in unit tests: the semantics of the
- * PostgreSQL store, with retention and purges driven by TestClock.
+ * The in-memory idempotency store as users would use it in unit tests: the conformance suite, with
+ * retention and purges driven by TestClock, plus what only the in-memory store has (millisecond-exact
+ * windows, a purge lock held for a whole run, record inspection). Starts no database.
  */
 import { describe, expect, it } from "@effect/vitest"
+import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -15,12 +16,40 @@ import * as MessageId from "../src/domain/MessageId.js"
 import * as MemoryIdempotencyStore from "../src/layers/MemoryIdempotencyStore.js"
 import * as MemoryTransport from "../src/layers/MemoryTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as IdempotencyStore from "../src/services/IdempotencyStore.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { Transport } from "../src/services/Transport.js"
+import { exerciseIdempotencyStore } from "../src/testing/IdempotencyStoreSuite.js"
 import { OrderPaid } from "./support/messages.js"
+
+exerciseIdempotencyStore("MemoryIdempotencyStore", {
+  make: (options) => MemoryIdempotencyStore.make(options),
+  // The store reads the Clock: records age as TestClock moves.
+  age: (_store, by) => TestClock.adjust(by),
+  count: (store) => Effect.map(store.records, (records) => records.length),
+  // A waiter parks on the running one's Deferred at once; an hour of TestClock shows no timeout lets it through.
+  awaitWaiting: () => TestClock.adjust("1 hour"),
+  // The in-memory lock is held for a whole purgeExclusive run: another purger waiting in its onBatch holds it.
+  // Its window reaches further back than any record, so it deletes nothing.
+  holdPurgeLock: (store) =>
+    Effect.gen(function*() {
+      const holding = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const other = yield* Effect.fork(store.purgeExclusive({
+        olderThan: Duration.days(1_000_000),
+        onBatch: () => Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(release))
+      }))
+      yield* Effect.addFinalizer(() =>
+        Deferred.succeed(release, undefined).pipe(Effect.zipRight(Fiber.join(other)), Effect.orDie)
+      )
+      yield* Effect.raceFirst(
+        Deferred.await(holding),
+        Effect.zipRight(Fiber.join(other), Effect.dieMessage("the purge lock was already held"))
+      )
+    })
+})
 
 class Boom {
   readonly _tag = "Boom"
@@ -28,84 +57,8 @@ class Boom {
 
 const key = (consumer = "invoices") => ({ messageId: MessageId.make(), consumer })
 
-describe("in-memory idempotency store", () => {
-  it.effect("runs once per (message id, consumer); a failure records nothing, so the retry runs", () =>
-    Effect.gen(function*() {
-      const store = yield* MemoryIdempotencyStore.MemoryIdempotencyStore
-      const k = key()
-      let effects = 0
-      const issue = Effect.sync(() => ++effects)
-      const failed = yield* Effect.either(store.runOnce(k, Effect.zipRight(issue, Effect.fail(new Boom()))))
-      expect(Either.isLeft(failed) && failed.left).toBeInstanceOf(Boom)
-      expect(yield* store.isProcessed(k)).toBe(false)
-      expect(yield* store.runOnce(k, issue)).toEqual(Option.some(2))
-      expect(yield* store.runOnce(k, issue)).toEqual(Option.none())
-      expect(yield* store.runOnce({ ...k, messageId: k.messageId.toUpperCase() }, issue)).toEqual(Option.none())
-      expect(yield* store.runOnce({ ...k, consumer: "ledger" }, issue)).toEqual(Option.some(3))
-      expect(yield* store.runOnce({ ...k, consumer: "ledger" }, issue)).toEqual(Option.none())
-      // A nested run of the key inside its own effect is skipped, as on PostgreSQL.
-      const nested = key()
-      expect(yield* store.runOnce(nested, store.runOnce(nested, issue))).toEqual(Option.some(Option.none()))
-      expect(effects).toBe(3)
-      const bad = yield* Effect.flip(store.runOnce({ messageId: "nope", consumer: "c" }, issue))
-      expect(bad._tag).toBe("InvalidIdempotencyKeyError")
-      expect((yield* store.records).length).toBe(3)
-    }).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
-
-  it.effect("a concurrent run of the key waits for the running one, then skips — or runs if it failed", () =>
-    Effect.gen(function*() {
-      const store = yield* IdempotencyStore.IdempotencyStore
-      for (const outcome of ["succeeds", "fails"] as const) {
-        const k = key()
-        const started = yield* Deferred.make<void>()
-        const gate = yield* Deferred.make<void>()
-        const first = yield* Effect.fork(store.runOnce(k, Effect.gen(function*() {
-          yield* Deferred.succeed(started, undefined)
-          yield* Deferred.await(gate)
-          if (outcome === "fails") return yield* Effect.fail(new Boom())
-          return "first"
-        })))
-        yield* Deferred.await(started)
-        const second = yield* Effect.fork(store.runOnce(k, Effect.succeed("second")))
-        yield* TestClock.adjust("1 hour")
-        expect(Option.isNone(yield* Fiber.poll(second))).toBe(true)
-        yield* Deferred.succeed(gate, undefined)
-        const firstResult = yield* Effect.either(Fiber.join(first))
-        const secondResult = yield* Fiber.join(second)
-        if (outcome === "succeeds") {
-          expect(firstResult).toEqual(Either.right(Option.some("first")))
-          expect(secondResult).toEqual(Option.none())
-        } else {
-          expect(Either.isLeft(firstResult)).toBe(true)
-          expect(secondResult).toEqual(Option.some("second"))
-        }
-      }
-      // Many at once: one runs.
-      const k = key()
-      let runs = 0
-      const results = yield* Effect.all(
-        Array.from({ length: 10 }, () =>
-          store.runOnce(k, Effect.zipRight(Effect.sync(() => runs++), Effect.yieldNow()))),
-        { concurrency: "unbounded" }
-      )
-      expect(results.filter(Option.isSome).length).toBe(1)
-      expect(runs).toBe(1)
-    }).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
-
-  it.effect("an interrupted run records nothing and lets the next one run", () =>
-    Effect.gen(function*() {
-      const store = yield* IdempotencyStore.IdempotencyStore
-      const k = key()
-      const started = yield* Deferred.make<void>()
-      const hanging = Effect.zipRight(Deferred.succeed(started, undefined), Effect.never)
-      const fiber = yield* Effect.fork(store.runOnce(k, hanging))
-      yield* Deferred.await(started)
-      yield* Fiber.interrupt(fiber)
-      expect(yield* store.isProcessed(k)).toBe(false)
-      expect(yield* store.runOnce(k, Effect.succeed(1))).toEqual(Option.some(1))
-    }).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
-
-  it.effect("purge follows the Clock: only records older than the window, in bounded batches", () =>
+describe("in-memory idempotency store, beyond the suite", () => {
+  it.effect("purge follows the Clock to the millisecond: a record exactly as old as the window stays", () =>
     Effect.gen(function*() {
       const store = yield* MemoryIdempotencyStore.MemoryIdempotencyStore
       expect(Duration.toMillis(store.retention)).toBe(Duration.toMillis(Duration.days(30)))
@@ -125,7 +78,7 @@ describe("in-memory idempotency store", () => {
       expect((yield* Effect.flip(store.purge({ maxBatches: 0 })))._tag).toBe("OutboxConfigError")
     }).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
 
-  it.effect("purgeExclusive: None while another purge runs", () =>
+  it.effect("purgeExclusive holds its lock for the whole run: None while another purge runs, even in its onBatch", () =>
     Effect.gen(function*() {
       const store = yield* IdempotencyStore.IdempotencyStore
       for (let i = 0; i < 4; i++) yield* store.runOnce(key(), Effect.void)
@@ -143,16 +96,45 @@ describe("in-memory idempotency store", () => {
       expect(yield* store.purgeExclusive()).toEqual(Option.some(0))
     }).pipe(Effect.provide(MemoryIdempotencyStore.layer({ retention: "1 day" }))))
 
+  it.effect("records lists every committed record, oldest first, with its Clock time", () =>
+    Effect.gen(function*() {
+      const store = yield* MemoryIdempotencyStore.MemoryIdempotencyStore
+      const [a, b, c] = [key("a"), key("b"), key("c")]
+      const start = yield* Clock.currentTimeMillis
+      yield* TestClock.adjust("5 millis")
+      yield* store.runOnce(b, Effect.void)
+      yield* TestClock.adjust("5 millis")
+      yield* store.runOnce(a, Effect.void)
+      yield* Effect.ignore(store.runOnce(c, Effect.fail(new Boom())))
+      expect(yield* store.records).toEqual([
+        { messageId: b.messageId, consumer: "b", processedAt: start + 5 },
+        { messageId: a.messageId, consumer: "a", processedAt: start + 10 }
+      ])
+    }).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
+
+  it.effect("the layer provides one store under both tags", () =>
+    Effect.gen(function*() {
+      const generic = yield* IdempotencyStore.IdempotencyStore
+      const memory = yield* MemoryIdempotencyStore.MemoryIdempotencyStore
+      expect(generic).toBe(memory)
+      expect(yield* IdempotencyStore.setup).toEqual([])
+    }).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
+
   it.effect("with the worker and the in-memory transport: a message delivered twice runs its side effect once", () =>
     Effect.gen(function*() {
       let invoices = 0
       let calls = 0
       const handlers = Handlers.layer([
-        Handlers.handler(OrderPaid, IdempotencyStore.idempotent("invoices")((paid) =>
-          Effect.sync(() => {
-            calls++
-            invoices += paid.amount
-          })), { name: "invoices" })
+        Handlers.handler(
+          OrderPaid,
+          IdempotencyStore.idempotent("invoices")((paid) =>
+            Effect.sync(() => {
+              calls++
+              invoices += paid.amount
+            })
+          ),
+          { name: "invoices" }
+        )
       ])
       const stack = Layer.mergeAll(Outbox.layer(), handlers, ScheduleRetryStrategy.layerDefault).pipe(
         Layer.provideMerge(MemoryTransport.layer()),

@@ -14,13 +14,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { OutboxConfigError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
-import {
-  IdempotencyStore,
-  type IdempotencyStoreShape,
-  purgeLoop,
-  resolvePurgeOptions,
-  validateRetention
-} from "../services/IdempotencyStore.js"
+import { IdempotencyStore, type IdempotencyStoreShape } from "../services/IdempotencyStore.js"
+import { purgeLoop, resolvePurgeOptions, validateRetention } from "./internal/purge.js"
 
 /**
  * A processed record, as the in-memory store keeps it. `processedAt` is in `Clock` milliseconds, so

@@ -4,7 +4,6 @@
  *
  * @since 0.1.0
  */
-import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Cause from "effect/Cause"
@@ -15,18 +14,15 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import { OutboxConfigError, TransportError } from "../domain/Errors.js"
+import { OutboxConfigError, StorageNotReadyError, TransportError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import * as Identifier from "../domain/Identifier.js"
 import { describeError } from "../internal/describeError.js"
-import {
-  IdempotencyStore,
-  type IdempotencyStoreShape,
-  purgeLoop,
-  type ResolvedPurgeOptions,
-  resolvePurgeOptions,
-  validateRetention
-} from "../services/IdempotencyStore.js"
+import { IdempotencyStore, type IdempotencyStoreShape, type StoreError } from "../services/IdempotencyStore.js"
+import { runMigrations } from "./internal/migrate.js"
+import { purgeLoop, type ResolvedPurgeOptions, resolvePurgeOptions, validateRetention } from "./internal/purge.js"
+import * as statements from "./pg/sql/idempotency.js"
+import { migrations } from "./pg/sql/idempotencyMigrations.js"
 
 /**
  * Options of the PostgreSQL idempotency store.
@@ -67,27 +63,17 @@ export const defaultTable = "outbox_idempotency"
  */
 export const purgeLockName = (table: string): string => `effect-outbox:idempotency-purge:${table}`
 
-/**
- * The migrations of the idempotency table, in order; each is idempotent on its own.
- *
- * @since 0.1.0
- * @category migrations
- */
-export const migrations = (table: string) => {
-  const index = (suffix: string) => `${table.replace(/\./g, "_").slice(0, 63 - suffix.length)}${suffix}`
-  return Migrator.fromRecord({
-    "1_create_idempotency": Effect.gen(function*() {
-      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-      yield* sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
-        message_id uuid NOT NULL,
-        consumer varchar(190) NOT NULL,
-        processed_at timestamptz(3) NOT NULL DEFAULT now(),
-        PRIMARY KEY (message_id, consumer)
-      )`
-      yield* sql`CREATE INDEX IF NOT EXISTS ${sql(index("_processed_at_idx"))} ON ${sql(table)} (processed_at)`
-    })
-  })
-}
+/** The store's operations, as `TransportError.operation` names them. */
+type Operation =
+  | "setup"
+  | "runOnce"
+  | "runOnce.begin"
+  | "runOnce.commit"
+  | "isProcessed"
+  | "purge"
+  | "purge.begin"
+  | "purge.commit"
+  | "purge.lock"
 
 /** The failure of the caller's effect, carried through the transaction untouched. */
 class EffectFailure<E> {
@@ -96,7 +82,8 @@ class EffectFailure<E> {
 
 /**
  * Builds the store on the `SqlClient` in context. The side effects given to `runOnce` must use the
- * same database through `SqlClient` to share its transaction.
+ * same database through `SqlClient` to share its transaction. Until the table is set up (`setup`,
+ * `autoSetup`, or `outbox setup-transports`), its operations fail with `StorageNotReadyError`.
  *
  * @since 0.1.0
  * @category constructors
@@ -111,13 +98,28 @@ export const make = (
       ? undefined
       : yield* Identifier.validateTableName(options.messagesTable)
     const retention = yield* validateRetention(options.retention)
-    const t = sql(table)
     const lockName = purgeLockName(table)
 
-    const toTransportError = (operation: string, error: unknown) =>
-      new TransportError({ transport: table, operation, message: describeError(error), cause: error })
-    const wrap = (operation: string) => <A, R>(self: Effect.Effect<A, SqlError, R>) =>
-      Effect.mapError(self, (error) => toTransportError(operation, error))
+    const notReady = (relation: string): StorageNotReadyError =>
+      relation === messagesTable
+        ? new StorageNotReadyError({
+          storage: relation,
+          message: `The messages table ${relation} (the idempotency store's messagesTable) does not exist: ` +
+            "run `outbox setup-transports` or `TransportAdmin.setup`"
+        })
+        : new StorageNotReadyError({
+          storage: table,
+          message: `The idempotency table ${table} does not exist: run \`outbox setup-transports\`, ` +
+            "`IdempotencyStore.setup`, or build the store with `PgIdempotencyStore.layer({ autoSetup: true })`"
+        })
+    const toStoreError = (operation: Operation, error: SqlError): StoreError => {
+      const relation = undefinedTable(error)
+      return relation !== undefined
+        ? notReady(relation)
+        : new TransportError({ transport: table, operation, message: describeError(error), cause: error })
+    }
+    const wrap = (operation: Operation) => <A, R>(self: Effect.Effect<A, SqlError, R>) =>
+      Effect.mapError(self, (error) => toStoreError(operation, error))
 
     /**
      * `sql.withTransaction` with its own failures typed: a failed `BEGIN` (or connection) and a failed
@@ -125,48 +127,43 @@ export const make = (
      * (committed or not); a retry finds out through the record.
      */
     const transaction = <A, E, R>(
-      operation: string,
-      body: Effect.Effect<A, E | TransportError, R>
-    ): Effect.Effect<A, E | TransportError, R> =>
+      operation: "runOnce" | "purge",
+      body: Effect.Effect<A, E | StoreError, R>
+    ): Effect.Effect<A, E | StoreError, R> =>
       sql.withTransaction(body).pipe(
         Effect.catchAllCause((cause) => {
           if (Option.isNone(Cause.failureOption(cause)) && !Cause.isInterrupted(cause)) {
             const defect = Cause.dieOption(cause)
             if (Option.isSome(defect) && isSqlError(defect.value)) {
-              return Effect.fail(toTransportError(`${operation}.commit`, defect.value))
+              return Effect.fail(toStoreError(`${operation}.commit`, defect.value))
             }
           }
           return Effect.failCause(
             Cause.map(cause, (error) =>
-              isSqlError(error) ? toTransportError(`${operation}.begin`, error) : error as E | TransportError)
+              isSqlError(error) ? toStoreError(`${operation}.begin`, error) : error as E | StoreError)
           )
         })
       )
 
     /** Outside any caller's transaction: maintenance statements run on their own pool connections. */
     const isolated = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-      Effect.mapInputContext(self, (context: Context.Context<R>) =>
-        Context.omit(SqlClient.TransactionConnection)(context) as Context.Context<R>)
+      Effect.mapInputContext(
+        self,
+        (context: Context.Context<R>) => Context.omit(SqlClient.TransactionConnection)(context) as Context.Context<R>
+      )
 
-    const setup = Migrator.make({})({ loader: migrations(table), table: `${table}_migrations` }).pipe(
-      Effect.provideService(SqlClient.SqlClient, sql),
-      Effect.catchAllDefect((defect) => Effect.fail(defect)),
-      Effect.mapError((error) =>
+    const setup = runMigrations({
+      sql,
+      loader: migrations(table),
+      table: `${table}_migrations`,
+      onError: (detail, cause) =>
         new TransportError({
           transport: table,
           operation: "setup",
-          message: `Setup of ${table} failed: ${describeError(error)}`,
-          cause: error
+          message: `Setup of ${table} failed: ${detail}`,
+          cause
         })
-      ),
-      Effect.map((applied) => applied.map(([id, name]) => `${id}_${name}`))
-    )
-
-    const record = (key: IdempotencyKey.IdempotencyKey) =>
-      sql<{ inserted: number }>`
-        INSERT INTO ${t} (message_id, consumer) VALUES (${key.messageId}::uuid, ${key.consumer})
-        ON CONFLICT (message_id, consumer) DO NOTHING
-        RETURNING 1 AS inserted`.pipe(Effect.map((rows) => rows.length > 0), wrap("runOnce"))
+    })
 
     const runOnce: IdempotencyStoreShape["runOnce"] = <A, E, R>(
       key: IdempotencyKey.IdempotencyKey,
@@ -175,23 +172,26 @@ export const make = (
       Effect.flatMap(IdempotencyKey.validate(key), (valid) =>
         transaction(
           "runOnce",
-          Effect.flatMap(record(valid), (inserted) =>
-            inserted
-              ? effect.pipe(
-                // The effect's failure travels boxed, so that its own `SqlError`s and defects are never
-                // mistaken for the transaction's. Interruption stays interruption (and rolls back).
-                Effect.catchAllCause((cause) =>
-                  Cause.isInterruptedOnly(cause)
-                    ? Effect.failCause(cause as Cause.Cause<never>)
-                    : Effect.fail(new EffectFailure(cause))
-                ),
-                Effect.map(Option.some)
-              )
-              : Effect.succeedNone)
+          Effect.flatMap(
+            statements.record(sql, table, valid).pipe(Effect.map((rows) => rows.length > 0), wrap("runOnce")),
+            (inserted) =>
+              inserted
+                ? effect.pipe(
+                  // The effect's failure travels boxed, so that its own `SqlError`s and defects are never
+                  // mistaken for the transaction's. Interruption stays interruption (and rolls back).
+                  Effect.catchAllCause((cause) =>
+                    Cause.isInterruptedOnly(cause)
+                      ? Effect.failCause(cause as Cause.Cause<never>)
+                      : Effect.fail(new EffectFailure(cause))
+                  ),
+                  Effect.map(Option.some)
+                )
+                : Effect.succeedNone
+          )
         ).pipe(
           Effect.catchAllCause((cause) =>
             Effect.failCause(
-              Cause.flatMap(cause, (error): Cause.Cause<E | TransportError> =>
+              Cause.flatMap(cause, (error): Cause.Cause<E | StoreError> =>
                 error instanceof EffectFailure ? (error.cause as Cause.Cause<E>) : Cause.fail(error))
             )
           )
@@ -199,45 +199,34 @@ export const make = (
 
     const isProcessed: IdempotencyStoreShape["isProcessed"] = (key) =>
       Effect.flatMap(IdempotencyKey.validate(key), (valid) =>
-        sql<{ processed: boolean }>`
-          SELECT EXISTS (
-            SELECT 1 FROM ${t} WHERE message_id = ${valid.messageId}::uuid AND consumer = ${valid.consumer}
-          ) AS processed`.pipe(Effect.map((rows) => rows[0]?.processed === true), wrap("isProcessed")))
-
-    const guard = messagesTable === undefined
-      ? sql.literal("")
-      : sql`AND NOT EXISTS (SELECT 1 FROM ${sql(messagesTable)} m WHERE m.message_id = i.message_id)`
-
-    // One bounded DELETE of the oldest records; `SKIP LOCKED` keeps concurrent purges apart. The ctids
-    // are locked by `FOR UPDATE` in the same statement, so they still name the selected rows.
-    const deleteBatch = (o: ResolvedPurgeOptions) =>
-      sql<{ deleted: number }>`
-        WITH doomed AS (
-          SELECT i.ctid FROM ${t} AS i
-          WHERE i.processed_at < now() - ${Duration.toMillis(o.olderThan)}::float8 * interval '1 millisecond'
-            ${guard}
-          ORDER BY i.processed_at
-          LIMIT ${o.batchSize}
-          FOR UPDATE OF i SKIP LOCKED
-        ), gone AS (
-          DELETE FROM ${t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed)) RETURNING 1
-        )
-        SELECT count(*)::int AS deleted FROM gone`.pipe(Effect.map((rows) => rows[0]?.deleted ?? 0), wrap("purge"))
-
-    const purge: IdempotencyStoreShape["purge"] = (purgeOptions) =>
-      Effect.flatMap(resolvePurgeOptions(purgeOptions, retention), (o) =>
-        purgeLoop(o, isolated(Effect.map(deleteBatch(o), Option.some))).pipe(
-          Effect.map(Option.getOrElse(() => 0))
+        statements.isProcessed(sql, table, valid).pipe(
+          Effect.map((rows) => rows[0]?.processed === true),
+          wrap("isProcessed")
         ))
 
-    // Each batch is one short transaction holding the transaction-level advisory lock: released on
-    // commit, rollback, interruption or a lost connection — never left behind on a pooled connection.
+    const deleteBatch = (o: ResolvedPurgeOptions) =>
+      statements.deleteBatch(sql, table, {
+        olderThanMillis: Duration.toMillis(o.olderThan),
+        batchSize: o.batchSize,
+        messagesTable
+      }).pipe(Effect.map((rows) => rows[0]?.deleted ?? 0), wrap("purge"))
+
+    const purge: IdempotencyStoreShape["purge"] = (purgeOptions) =>
+      Effect.flatMap(
+        resolvePurgeOptions(purgeOptions, retention),
+        (o) =>
+          purgeLoop(o, isolated(Effect.map(deleteBatch(o), Option.some))).pipe(
+            Effect.map(Option.getOrElse(() => 0))
+          )
+      )
+
+    // Each batch is one short transaction holding the transaction-level advisory lock, so a purger
+    // that finds it taken between two batches stops there (see `statements.tryPurgeLock`).
     const exclusiveBatch = (o: ResolvedPurgeOptions) =>
       isolated(transaction(
         "purge",
         Effect.gen(function*() {
-          const rows = yield* sql<{ locked: boolean }>`
-            SELECT pg_try_advisory_xact_lock(hashtext(${lockName})) AS locked`.pipe(wrap("purge.lock"))
+          const rows = yield* statements.tryPurgeLock(sql, lockName).pipe(wrap("purge.lock"))
           if (rows[0]?.locked !== true) return Option.none<number>()
           return Option.some(yield* deleteBatch(o))
         })
@@ -300,3 +289,14 @@ export const layerConfig = (
 const isSqlError = (u: unknown): u is SqlError =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "SqlError"
 
+/**
+ * The relation named by an `undefined_table` error (SQLSTATE 42P01), as PostgreSQL spells it in the
+ * message (`relation "app.dedupe" does not exist`; `""` if the message names none, which blames the store's
+ * own table), or `undefined` for any other error.
+ */
+const undefinedTable = (error: SqlError): string | undefined => {
+  const cause = error.cause as { readonly code?: unknown; readonly message?: unknown } | undefined
+  if (cause?.code !== "42P01") return undefined
+  const named = typeof cause.message === "string" ? /relation "([^"]+)" does not exist/.exec(cause.message) : null
+  return named?.[1] ?? ""
+}

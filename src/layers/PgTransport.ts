@@ -4,7 +4,6 @@
  *
  * @since 0.1.0
  */
-import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as Statement from "@effect/sql/Statement"
@@ -21,11 +20,11 @@ import { OutboxConfigError, TransportError, UnknownTransportError } from "../dom
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
-import { describeError } from "../internal/describeError.js"
 import { failureTransports, positiveDuration, unknownTransport } from "../internal/transports.js"
 import { Transport, type Capabilities, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { isStorageMissing, storageNotReady, transportError } from "./pg/errors.js"
+import { runMigrations } from "./internal/migrate.js"
 import * as PgSession from "./pg/PgSession.js"
 import * as PgWakeups from "./pg/PgWakeups.js"
 import * as Migrations from "./pg/sql/migrations.js"
@@ -164,19 +163,13 @@ export const make = (
     const toError = (transport: string, operation: string, error: SqlError) =>
       isStorageMissing(error) ? storageNotReady(table, error) : transportError(transport, operation, error)
 
-    const setup = Migrator.make({})({ loader: Migrations.loader(table), table: `${table}_migrations` }).pipe(
-      Effect.provideService(SqlClient.SqlClient, sql),
-      Effect.catchAllDefect((defect) => Effect.fail(defect)),
-      Effect.mapError((error) =>
-        new TransportError({
-          transport: "*",
-          operation: "setup",
-          message: `Setup of ${table} failed: ${describeError(error)}`,
-          cause: error
-        })
-      ),
-      Effect.map((applied) => applied.map(([id, name]) => `${id}_${name}`))
-    )
+    const setup = runMigrations({
+      sql,
+      loader: Migrations.loader(table),
+      table: `${table}_migrations`,
+      onError: (detail, cause) =>
+        new TransportError({ transport: "*", operation: "setup", message: `Setup of ${table} failed: ${detail}`, cause })
+    })
 
     const send: TransportShape["send"] = (name, messages) =>
       Effect.flatMap(lookup(name), (transport) => {

@@ -8,7 +8,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { Envelope } from "../domain/Envelope.js"
-import { OutboxConfigError, type TransportError } from "../domain/Errors.js"
+import { OutboxConfigError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import type { MessageClass, Tagged } from "../domain/Message.js"
 import * as IdempotencyStore from "./IdempotencyStore.js"
@@ -75,7 +75,7 @@ export interface HandlerOptions {
  * @since 0.1.0
  * @category models
  */
-export type IdempotentError<E> = E | TransportError | IdempotencyKey.InvalidIdempotencyKeyError
+export type IdempotentError<E> = E | IdempotencyStore.StoreError | IdempotencyKey.InvalidIdempotencyKeyError
 
 /**
  * Declares a handler for a message class.

@@ -11,9 +11,9 @@
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
+import type * as Option from "effect/Option"
 import type { Envelope } from "../domain/Envelope.js"
-import { OutboxConfigError, type TransportError } from "../domain/Errors.js"
+import type { OutboxConfigError, StorageNotReadyError, TransportError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import type { Tagged } from "../domain/Message.js"
 
@@ -66,17 +66,13 @@ export interface PurgeOptions {
 }
 
 /**
- * Purge options with their defaults applied and checked.
+ * How a store's own storage fails: `TransportError` when the database does (connection lost, a failed
+ * statement or COMMIT), `StorageNotReadyError` when its table does not exist yet (run its `setup`).
  *
  * @since 0.1.0
- * @category models
+ * @category errors
  */
-export interface ResolvedPurgeOptions {
-  readonly olderThan: Duration.Duration
-  readonly batchSize: number
-  readonly maxBatches: number
-  readonly onBatch: (deleted: number) => Effect.Effect<void>
-}
+export type StoreError = TransportError | StorageNotReadyError
 
 /**
  * @since 0.1.0
@@ -85,7 +81,11 @@ export interface ResolvedPurgeOptions {
 export interface IdempotencyStoreShape {
   /** How long processed records are kept by default (what `purge` uses without `olderThan`). */
   readonly retention: Duration.Duration
-  /** Creates or migrates the storage; idempotent. Returns the migrations it applied (`<id>_<name>`). */
+  /**
+   * Creates or migrates the storage; idempotent, and safe to run from several processes at once. Returns
+   * the migrations it applied (`<id>_<name>`). While a store's storage does not exist, its other
+   * operations fail with `StorageNotReadyError`.
+   */
   readonly setup: Effect.Effect<ReadonlyArray<string>, TransportError>
   /**
    * Runs `effect` unless this key was already processed: `Some(result)` when it ran, `None` when it
@@ -103,19 +103,19 @@ export interface IdempotencyStoreShape {
     effect: Effect.Effect<A, E, R>
   ) => Effect.Effect<
     Option.Option<A>,
-    E | TransportError | IdempotencyKey.InvalidIdempotencyKeyError,
+    E | StoreError | IdempotencyKey.InvalidIdempotencyKeyError,
     R
   >
   /** Whether a committed record exists for this key. */
   readonly isProcessed: (
     key: IdempotencyKey.IdempotencyKey
-  ) => Effect.Effect<boolean, TransportError | IdempotencyKey.InvalidIdempotencyKeyError>
+  ) => Effect.Effect<boolean, StoreError | IdempotencyKey.InvalidIdempotencyKeyError>
   /**
    * Deletes the records processed longer ago than `olderThan`, in bounded batches, until fewer than
    * a batch remain (or `maxBatches`). Returns the number of records deleted. It never joins the
    * caller's transaction. Several purges may run at once; use `purgeExclusive` from periodic jobs.
    */
-  readonly purge: (options?: PurgeOptions) => Effect.Effect<number, TransportError | OutboxConfigError>
+  readonly purge: (options?: PurgeOptions) => Effect.Effect<number, StoreError | OutboxConfigError>
   /**
    * `purge` under a lock shared by every process of the store: `None` when another purger holds it,
    * otherwise `Some(deleted)`. No two purge batches ever run at once; a purger that finds the lock
@@ -123,7 +123,7 @@ export interface IdempotencyStoreShape {
    */
   readonly purgeExclusive: (
     options?: PurgeOptions
-  ) => Effect.Effect<Option.Option<number>, TransportError | OutboxConfigError>
+  ) => Effect.Effect<Option.Option<number>, StoreError | OutboxConfigError>
 }
 
 /**
@@ -148,7 +148,7 @@ export const runOnce = <A, E, R>(
   effect: Effect.Effect<A, E, R>
 ): Effect.Effect<
   Option.Option<A>,
-  E | TransportError | IdempotencyKey.InvalidIdempotencyKeyError,
+  E | StoreError | IdempotencyKey.InvalidIdempotencyKeyError,
   R | IdempotencyStore
 > => Effect.flatMap(IdempotencyStore, (store) => store.runOnce(key, effect))
 
@@ -171,7 +171,7 @@ export const once = <A, E, R>(
   effect: Effect.Effect<A, E, R>
 ): Effect.Effect<
   Option.Option<A>,
-  E | TransportError | IdempotencyKey.InvalidIdempotencyKeyError,
+  E | StoreError | IdempotencyKey.InvalidIdempotencyKeyError,
   R | IdempotencyStore
 > => runOnce(IdempotencyKey.make(message, consumer), effect)
 
@@ -195,8 +195,19 @@ export const idempotent = (consumer: string) =>
 (
   message: A,
   envelope: Envelope<A>
-): Effect.Effect<void, E | TransportError | IdempotencyKey.InvalidIdempotencyKeyError, R | IdempotencyStore> =>
+): Effect.Effect<void, E | StoreError | IdempotencyKey.InvalidIdempotencyKeyError, R | IdempotencyStore> =>
   Effect.asVoid(once(envelope, consumer, Effect.suspend(() => handle(message, envelope))))
+
+/**
+ * Creates or migrates the store's storage, with the store in context. See `IdempotencyStoreShape.setup`.
+ *
+ * @since 0.1.0
+ * @category accessors
+ */
+export const setup: Effect.Effect<ReadonlyArray<string>, TransportError, IdempotencyStore> = Effect.flatMap(
+  IdempotencyStore,
+  (store) => store.setup
+)
 
 /**
  * Whether a committed record exists for the key, with the store in context.
@@ -206,7 +217,7 @@ export const idempotent = (consumer: string) =>
  */
 export const isProcessed = (
   key: IdempotencyKey.IdempotencyKey
-): Effect.Effect<boolean, TransportError | IdempotencyKey.InvalidIdempotencyKeyError, IdempotencyStore> =>
+): Effect.Effect<boolean, StoreError | IdempotencyKey.InvalidIdempotencyKeyError, IdempotencyStore> =>
   Effect.flatMap(IdempotencyStore, (store) => store.isProcessed(key))
 
 /**
@@ -217,7 +228,7 @@ export const isProcessed = (
  */
 export const purge = (
   options?: PurgeOptions
-): Effect.Effect<number, TransportError | OutboxConfigError, IdempotencyStore> =>
+): Effect.Effect<number, StoreError | OutboxConfigError, IdempotencyStore> =>
   Effect.flatMap(IdempotencyStore, (store) => store.purge(options))
 
 /**
@@ -228,76 +239,5 @@ export const purge = (
  */
 export const purgeExclusive = (
   options?: PurgeOptions
-): Effect.Effect<Option.Option<number>, TransportError | OutboxConfigError, IdempotencyStore> =>
+): Effect.Effect<Option.Option<number>, StoreError | OutboxConfigError, IdempotencyStore> =>
   Effect.flatMap(IdempotencyStore, (store) => store.purgeExclusive(options))
-
-/**
- * Checks a retention window: a positive duration (infinite means "keep forever").
- *
- * @since 0.1.0
- * @category validation
- */
-export const validateRetention = (
-  input: Duration.DurationInput | undefined
-): Effect.Effect<Duration.Duration, OutboxConfigError> => {
-  const decoded = Duration.decodeUnknown(input ?? defaultRetention)
-  return Option.isSome(decoded) && Duration.toMillis(decoded.value) > 0
-    ? Effect.succeed(decoded.value)
-    : Effect.fail(new OutboxConfigError({ message: `Idempotency retention must be a positive duration` }))
-}
-
-/**
- * Applies the defaults to purge options and checks them: `olderThan` a duration (zero purges every
- * committed record, infinite none), `batchSize` and `maxBatches` positive integers.
- *
- * @since 0.1.0
- * @category validation
- */
-export const resolvePurgeOptions = (
-  options: PurgeOptions | undefined,
-  retention: Duration.Duration
-): Effect.Effect<ResolvedPurgeOptions, OutboxConfigError> => {
-  const olderThan = Duration.decodeUnknown(options?.olderThan ?? retention)
-  if (Option.isNone(olderThan)) {
-    return Effect.fail(new OutboxConfigError({ message: `Purge: olderThan must be a duration` }))
-  }
-  const batchSize = options?.batchSize ?? defaultPurgeBatchSize
-  if (!Number.isSafeInteger(batchSize) || batchSize < 1) {
-    return Effect.fail(new OutboxConfigError({ message: `Purge: batchSize must be a positive integer` }))
-  }
-  const maxBatches = options?.maxBatches ?? Number.POSITIVE_INFINITY
-  if (maxBatches !== Number.POSITIVE_INFINITY && (!Number.isSafeInteger(maxBatches) || maxBatches < 1)) {
-    return Effect.fail(new OutboxConfigError({ message: `Purge: maxBatches must be a positive integer` }))
-  }
-  return Effect.succeed({
-    olderThan: olderThan.value,
-    batchSize,
-    maxBatches,
-    onBatch: options?.onBatch ?? (() => Effect.void)
-  })
-}
-
-/**
- * Runs purge batches until one deletes fewer than `batchSize` records or `maxBatches` ran. `batch`
- * returns `None` to stop early (a lost lock), with what was deleted so far. Returns `None` only when
- * the very first batch stopped, and `Some(0)` at once when `olderThan` is infinite.
- *
- * @since 0.1.0
- * @category utils
- */
-export const purgeLoop = <E, R>(
-  options: ResolvedPurgeOptions,
-  batch: Effect.Effect<Option.Option<number>, E, R>
-): Effect.Effect<Option.Option<number>, E, R> =>
-  Effect.gen(function*() {
-    if (!Duration.isFinite(options.olderThan)) return Option.some(0)
-    let deleted = 0
-    for (let batches = 0; batches < options.maxBatches; batches++) {
-      const result = yield* batch
-      if (Option.isNone(result)) return batches === 0 ? Option.none() : Option.some(deleted)
-      deleted += result.value
-      yield* options.onBatch(result.value)
-      if (result.value < options.batchSize) break
-    }
-    return Option.some(deleted)
-  })

@@ -9,9 +9,5 @@
 export const quote = (name: string): string =>
   name.split(".").map((part) => `"${part.replace(/"/g, "\"\"")}"`).join(".")
 
-/** An index or constraint name derived from the table's, within PostgreSQL's 63 bytes. @internal */
-export const derivedName = (table: string, suffix: string): string =>
-  `${table.replace(/\./g, "_").slice(0, 63 - suffix.length)}${suffix}`
-
 /** The name of a table's claim function: `<table>_claim`, in the table's schema. @internal */
 export const claimFunction = (table: string): string => `${table}_claim`

@@ -9,7 +9,11 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
-import { claimFunction, derivedName, quote } from "./identifiers.js"
+import { claimFunction, quote } from "./identifiers.js"
+
+/** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
+const indexName = (table: string, suffix: string): string =>
+  `${table.replace(/\./g, "_").slice(0, 63 - suffix.length)}${suffix}`
 
 const schemaOf = (table: string): string | null => (table.includes(".") ? table.split(".")[0]! : null)
 const nameOf = (table: string): string => (table.includes(".") ? table.split(".")[1]! : table)
@@ -132,9 +136,9 @@ export const loader = (table: string) => {
         yield* sql`ALTER TABLE ${sql(table)} ALTER COLUMN ${sql(column.column_name)} TYPE timestamptz(3) USING ${using}`
       }
       yield* sql`ALTER TABLE ${sql(table)} ALTER COLUMN created_at SET DEFAULT now()`
-      yield* sql`CREATE INDEX IF NOT EXISTS ${sql(derivedName(table, "_claim_idx"))}
+      yield* sql`CREATE INDEX IF NOT EXISTS ${sql(indexName(table, "_claim_idx"))}
         ON ${sql(table)} (queue_name, available_at, id)`
-      yield* sql`CREATE INDEX IF NOT EXISTS ${sql(derivedName(table, "_message_id_idx"))} ON ${sql(table)} (message_id)`
+      yield* sql`CREATE INDEX IF NOT EXISTS ${sql(indexName(table, "_message_id_idx"))} ON ${sql(table)} (message_id)`
     }),
     // Room on each page for the claim's and the lease's row versions: they stay on the page (HOT-friendly)
     // instead of spreading the table and its indexes. Applies to new pages; existing ones follow on rewrite.
