@@ -46,7 +46,9 @@ describe("broker demo", () => {
 
   it.live("npm start -- --broker with no broker: one line on stderr, exit 1", () =>
     Effect.gen(function*() {
-      const proc = spawnScript("src/programs/demo-main.ts", ["--broker"], { AMQP_URL: "amqp://guest:guest@127.0.0.1:1" })
+      const proc = spawnScript("src/programs/demo-main.ts", ["--broker"], {
+        AMQP_URL: "amqp://guest:guest@127.0.0.1:1"
+      })
       const exit = yield* Effect.promise(() => proc.exited)
       expect(exit.code).toBe(1)
       const stderr = proc.stderr.join("").trim()

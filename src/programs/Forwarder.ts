@@ -16,8 +16,13 @@
  * @since 0.1.0
  */
 import * as Effect from "effect/Effect"
-import type { Envelope } from "../domain/Envelope.js"
-import { type TransportError, type UnknownTransportError, UnrecoverableMessageHandlingError } from "../domain/Errors.js"
+import { type Envelope, resend } from "../domain/Envelope.js"
+import {
+  type StorageNotReadyError,
+  type TransportError,
+  type UnknownTransportError,
+  UnrecoverableMessageHandlingError
+} from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
 import * as Routing from "../domain/Routing.js"
@@ -40,14 +45,18 @@ export interface ForwardOptions {
 }
 
 /**
- * Errors of a forward: the target transport failed (the broker is down, nacked or returned the message) — the
- * message is retried by the strategy of the transport it came from — or a forward into the transport the
- * message came from was refused.
+ * Errors of a forward: the target transport failed (the broker is down, nacked or returned the message; a
+ * PostgreSQL target is not set up yet) — the message is retried by the strategy of the transport it came
+ * from — or a forward into the transport the message came from was refused.
  *
  * @since 0.1.0
  * @category models
  */
-export type ForwardError = TransportError | UnknownTransportError | UnrecoverableMessageHandlingError
+export type ForwardError =
+  | TransportError
+  | UnknownTransportError
+  | StorageNotReadyError
+  | UnrecoverableMessageHandlingError
 
 /**
  * The headers a forwarded message carries: its type and application headers. The stamps of the first hop
@@ -84,13 +93,9 @@ export const forward = (
     const body = envelope.body ?? (yield* Message.encodeBody(envelope.message).pipe(
       Effect.mapError((e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }))
     ))
-    yield* transport.send(options.to, [{
-      messageId: envelope.messageId,
-      type: envelope.headers.type,
-      body,
-      headers: Headers.encode(forwardedHeaders(envelope.headers)),
-      delayMs: 0
-    }])
+    yield* transport.send(options.to, [
+      resend({ messageId: envelope.messageId, body }, forwardedHeaders(envelope.headers))
+    ])
   })
 
 /**

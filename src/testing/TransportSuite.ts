@@ -74,22 +74,22 @@ const claimMessages = (t: TransportBackend, name: string, size: number, acks: Re
  */
 export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
   layer(backend.layer)(backend.name, (it) => {
-    const make = Effect.scoped(backend.make) as unknown as Effect.Effect<TransportBackend, unknown, R>
     /** The case runs only when the backend can (its capabilities for `outbox`, and a clock to move). */
     const when = (
       title: string,
       needs: { readonly capabilities?: ReadonlyArray<keyof Capabilities>; readonly time?: boolean },
       body: (t: TransportBackend, advance: (ms: number) => Effect.Effect<void, unknown, R>) => Effect.Effect<void, unknown, R>
     ) =>
-      it.effect(title, () =>
+      it.scoped(title, () =>
         Effect.gen(function*() {
-          const t = yield* make
+          // The backend lives for the case (a broker connection closes with its scope).
+          const t = yield* backend.make
           const capabilities = Option.getOrThrow(t.capabilities("outbox"))
           const lacking = (needs.capabilities ?? []).filter((c) => !capabilities[c])
           if (lacking.length > 0 || (needs.time === true && backend.advance === undefined)) return
           const advance = (ms: number) => backend.advance === undefined ? Effect.void : backend.advance(t, ms)
           yield* body(t, advance)
-        }) as Effect.Effect<void, unknown, never>)
+        }) as Effect.Effect<void, unknown, Scope.Scope>)
 
     describe("send and claim", () => {
       when("claims ready messages in (available_at, id) order, with their id, body and headers", {}, (t) =>

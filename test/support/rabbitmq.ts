@@ -10,7 +10,7 @@
  * controls its own node that way, never the shared one.
  */
 import * as Amqp from "amqplib"
-import { execFileSync, spawn, type ChildProcess } from "node:child_process"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -40,7 +40,9 @@ export interface RunningBroker {
 export const ensureInstalled = (): void => {
   if (fs.existsSync(serverScript)) return
   if (process.getuid?.() !== 0) {
-    throw new Error(`RabbitMQ is not installed (${serverScript} is missing): apt-get install rabbitmq-server, or set AMQP_URL`)
+    throw new Error(
+      `RabbitMQ is not installed (${serverScript} is missing): apt-get install rabbitmq-server, or set AMQP_URL`
+    )
   }
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
   const install = () => execFileSync("apt-get", ["install", "-y", "-q", "rabbitmq-server"], { env, stdio: "ignore" })
@@ -134,7 +136,9 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
       if (await canConnect(url, 1000)) return
       await sleep(150)
     }
-    throw new Error(`rabbitmq-server (node ${node}) did not accept connections within ${options.timeoutMs ?? 60_000} ms`)
+    throw new Error(
+      `rabbitmq-server (node ${node}) did not accept connections within ${options.timeoutMs ?? 60_000} ms`
+    )
   }
 
   const stop = async () => {
