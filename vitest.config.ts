@@ -1,14 +1,48 @@
-import { defineConfig } from "vitest/config"
+import { configDefaults, defineConfig } from "vitest/config"
+
+/**
+ * Tests that start nothing (no PostgreSQL, no RabbitMQ, no child process): the `unit` project, which has no
+ * global setup. Every other test file belongs to the `integration` project, whose global setup boots the embedded
+ * PostgreSQL and finds or starts a RabbitMQ broker (test/support/global-setup.ts).
+ *
+ * Vitest runs the global setup of a project only when the run holds at least one of its files (and always the root
+ * config's, which is why the root config has none): `vitest run --project unit` and `vitest run test/domain.test.ts`
+ * start no server.
+ */
+const unit = [
+  "test/domain.test.ts",
+  "test/memory-layers.test.ts",
+  "test/idempotency-memory.test.ts",
+  "test/transport-router.test.ts",
+  "test/outcome.test.ts",
+  "test/unit/**/*.test.ts"
+]
 
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
-    globalSetup: ["test/support/global-setup.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
     fileParallelism: true,
     maxWorkers: 2,
-    minWorkers: 1
+    minWorkers: 1,
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: "unit",
+          include: unit
+        }
+      },
+      {
+        extends: true,
+        test: {
+          name: "integration",
+          include: ["test/**/*.test.ts"],
+          exclude: [...configDefaults.exclude, ...unit],
+          globalSetup: ["test/support/global-setup.ts"]
+        }
+      }
+    ]
   }
 })

@@ -1,0 +1,189 @@
+/**
+ * `npm run bench:smoke`: the benchmark's smoke mode, so that the benchmark cannot rot. Runs
+ * `bench/main.ts --quick --no-write --json` on the library as it ships (the compiled dist/, through
+ * bench/compiled-library.mjs; `npm run bench:smoke` builds it first) and checks its output: every contender
+ * runs and prints a positive figure, the raw-SQL contender still runs the transport's own statements, and the
+ * tables name every contender. It never rewrites BENCHMARKS.md (`--no-write`).
+ *
+ * The benchmark starts its own embedded PostgreSQL, unless DATABASE_URL names a server (a role that may create
+ * databases). Exits 0 when every check passed, 1 otherwise.
+ */
+import { spawn } from "node:child_process"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
+const timeoutMs = 10 * 60_000
+
+interface Figure {
+  readonly median: number
+  readonly rounds: number
+}
+
+interface Percentiles {
+  readonly count: number
+  readonly p50: number
+  readonly p95: number
+  readonly p99: number
+  readonly max: number
+}
+
+interface BenchJson {
+  readonly statementsMatch: boolean
+  readonly shapeOk: boolean
+  readonly burnDown: ReadonlyArray<{ readonly id: string; readonly label: string; readonly rates: Figure }>
+  readonly dispatch: ReadonlyArray<
+    { readonly id: string; readonly label: string; readonly with: Figure; readonly without: Figure }
+  >
+  readonly memory: ReadonlyArray<{ readonly id: string; readonly rssFirst: Figure; readonly rssTotal: Figure }>
+  readonly latency: ReadonlyArray<
+    { readonly id: string; readonly label: string; readonly ms: Percentiles; readonly startup: Percentiles }
+  >
+  readonly delayed: { readonly delayMs: number; readonly ms: Percentiles }
+  readonly recovery: { readonly leaseMs: number; readonly rounds: ReadonlyArray<number>; readonly summary: Figure }
+  readonly targets: ReadonlyArray<{ readonly name: string }>
+}
+
+const runQuick = () =>
+  new Promise<{ readonly code: number | null; readonly signal: string | null; readonly stdout: string }>(
+    (resolve, reject) => {
+      const child = spawn(
+        process.execPath,
+        [
+          "--import",
+          "tsx",
+          "--import",
+          path.join(root, "bench", "compiled-library.mjs"),
+          path.join(root, "bench", "main.ts"),
+          "--quick",
+          "--no-write",
+          "--json"
+        ],
+        { cwd: root, env: process.env, stdio: ["ignore", "pipe", "inherit"] }
+      )
+      const timer = setTimeout(() => {
+        process.stderr.write(`bench:smoke: no result after ${timeoutMs / 1000} s, stopping the benchmark\n`)
+        child.kill("SIGTERM")
+      }, timeoutMs)
+      let stdout = ""
+      let shown = 0
+      // Shown line by line as it comes (the tables), but for the one long JSON line.
+      const show = (upTo: number) => {
+        for (const l of stdout.slice(shown, upTo).split(/(?<=\n)/)) {
+          if (l !== "") process.stdout.write(l.startsWith("BENCH_JSON ") ? "BENCH_JSON {…}\n" : l)
+        }
+        shown = Math.max(shown, upTo)
+      }
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+        stdout += chunk
+        show(stdout.lastIndexOf("\n") + 1)
+      })
+      child.stdout.on("end", () => show(stdout.length))
+      child.on("error", (error) => {
+        clearTimeout(timer)
+        reject(error)
+      })
+      child.on("close", (code, signal) => {
+        clearTimeout(timer)
+        resolve({ code, signal, stdout })
+      })
+    }
+  )
+
+let passed = 0
+const failures: Array<string> = []
+const check = (ok: boolean, what: string) => {
+  if (ok) passed++
+  else failures.push(what)
+}
+const sameIds = (actual: ReadonlyArray<{ readonly id: string }>, expected: ReadonlyArray<string>, what: string) => {
+  const ids = actual.map((r) => r.id).sort()
+  check(
+    JSON.stringify(ids) === JSON.stringify([...expected].sort()),
+    `${what}: contenders ${JSON.stringify(ids)}, expected ${JSON.stringify([...expected].sort())}`
+  )
+}
+
+const checkResult = (result: BenchJson, stdout: string) => {
+  check(result.statementsMatch === true, "raw-SQL contender: its statements no longer match the transport's")
+  check(result.shapeOk === true, "raw-SQL contender: the shape check failed")
+
+  sameIds(
+    result.burnDown,
+    ["graphile-default", "graphile-fast", "ours-1", "ours-50", "ours-500", "pgboss", "raw"],
+    "burn-down"
+  )
+  for (const r of result.burnDown) check(r.rates.median > 0, `burn-down ${r.id}: rate ${r.rates.median}, expected > 0`)
+
+  sameIds(result.dispatch, ["graphile", "ours", "pgboss"], "dispatch")
+  for (const r of result.dispatch) {
+    check(r.with.median > 0, `dispatch ${r.id}: with ${r.with.median}, expected > 0`)
+    check(r.without.median > 0, `dispatch ${r.id}: without ${r.without.median}, expected > 0`)
+  }
+
+  sameIds(result.memory, ["graphile-fast", "ours"], "memory")
+  for (const r of result.memory) {
+    check(r.rssFirst.median > 0, `memory ${r.id}: first RSS ${r.rssFirst.median}, expected > 0`)
+    check(r.rssTotal.median > 0, `memory ${r.id}: total RSS ${r.rssTotal.median}, expected > 0`)
+  }
+
+  // The producer in the worker's process, and in a process of its own.
+  sameIds(result.latency, ["graphile-default", "graphile-default-own-process", "ours", "ours-own-process"], "latency")
+  for (const r of result.latency) {
+    check(r.ms.count > 0, `latency ${r.id}: ${r.ms.count} samples, expected > 0`)
+    check(r.ms.p50 > 0, `latency ${r.id}: p50 ${r.ms.p50}, expected > 0`)
+    check(r.ms.p50 <= r.ms.p99, `latency ${r.id}: p50 ${r.ms.p50} > p99 ${r.ms.p99}`)
+    check(r.ms.p99 <= r.ms.max, `latency ${r.id}: p99 ${r.ms.p99} > max ${r.ms.max}`)
+    // The warm-up is measured too, apart (the start-up tail).
+    check(r.startup.count > 0, `latency ${r.id}: ${r.startup.count} start-up samples, expected > 0`)
+    check(r.startup.p99 <= r.startup.max, `latency ${r.id}: start-up p99 ${r.startup.p99} > max ${r.startup.max}`)
+  }
+
+  // Delayed messages are handled after they are due (database clock), not before.
+  check(result.delayed.ms.count > 0, `delayed: ${result.delayed.ms.count} samples, expected > 0`)
+  check(result.delayed.ms.p50 >= 0, `delayed: p50 ${result.delayed.ms.p50}, expected >= 0 (handled before due)`)
+  check(Number.isFinite(result.delayed.ms.max), `delayed: max ${result.delayed.ms.max}, expected a finite number`)
+
+  // A killed worker's messages come back no earlier than a lease fraction and within a bounded time.
+  check(result.recovery.rounds.length > 0, "recovery: no round")
+  for (const ms of result.recovery.rounds) {
+    check(ms > 0, `recovery: redelivered after ${ms} ms, expected > 0`)
+    check(ms < result.recovery.leaseMs * 5, `recovery: redelivered after ${ms} ms, expected < 5 leases`)
+  }
+
+  check(result.targets.length === 10, `targets: ${result.targets.length}, expected 10`)
+
+  // The printed tables name every contender.
+  for (const label of [...result.burnDown, ...result.dispatch, ...result.latency].map((r) => r.label)) {
+    check(stdout.includes(`| ${label}`), `the tables do not name ${label}`)
+  }
+  for (
+    const heading of ["### Burn-down", "### Dispatch cost", "### Memory", "### Latency", "### Recovery", "### Targets"]
+  ) {
+    check(stdout.includes(heading), `the output has no "${heading}" table`)
+  }
+}
+
+const { code, signal, stdout } = await runQuick()
+check(code === 0, `the benchmark exited with ${signal ?? code}`)
+const line = stdout.split("\n").find((l) => l.startsWith("BENCH_JSON "))
+check(line !== undefined, "the benchmark printed no BENCH_JSON line")
+if (line !== undefined) {
+  let result: BenchJson | undefined
+  try {
+    result = JSON.parse(line.slice("BENCH_JSON ".length)) as BenchJson
+  } catch (error) {
+    check(false, `the BENCH_JSON line is not JSON: ${String(error)}`)
+  }
+  if (result !== undefined) {
+    try {
+      checkResult(result, stdout)
+    } catch (error) {
+      check(false, `the BENCH_JSON result lacks a field: ${String(error)}`)
+    }
+  }
+}
+
+for (const failure of failures) process.stderr.write(`bench:smoke FAILED: ${failure}\n`)
+console.log(`\nbench:smoke: ${passed} passed, ${failures.length} failed`)
+process.exitCode = failures.length === 0 ? 0 : 1
