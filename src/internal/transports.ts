@@ -9,6 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
 import { defaultFailureTransport } from "../domain/Routing.js"
+import type { Capabilities } from "../services/Transport.js"
 
 /** The one error for a transport name nobody serves, naming the known ones. @internal */
 export const unknownTransport = (name: string, known: Iterable<string>): UnknownTransportError =>
@@ -60,4 +61,18 @@ export const positiveDuration = (
   return Option.isSome(decoded) && Duration.toMillis(decoded.value) > 0 && Duration.isFinite(decoded.value)
     ? Effect.succeed(decoded.value)
     : Effect.fail(new OutboxConfigError({ message: `${what} must be a positive, finite duration` }))
+}
+
+/**
+ * What a backend that stores messages as rows does (PostgreSQL, and the in-memory transport that mirrors it):
+ * everything a transport can.
+ *
+ * @internal
+ */
+export const rowCapabilities: Capabilities = {
+  leases: true,
+  browsing: true,
+  countsDeliveries: true,
+  stableIds: true,
+  ackWithClaim: true
 }

@@ -17,8 +17,8 @@ import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { compareIds } from "../internal/compareIds.js"
-import { checkKnown, failureTransports, positiveDuration, unknownTransport } from "../internal/transports.js"
-import { type Capabilities, Transport } from "../services/Transport.js"
+import { checkKnown, failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
+import { Transport } from "../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
 
 interface Row {
@@ -158,7 +158,7 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
 
     const transport: MemoryTransportShape = {
       names: Array.from(config.keys()),
-      capabilities: (name) => (config.has(name) ? Option.some(capabilities) : Option.none()),
+      capabilities: (name) => (config.has(name) ? Option.some(rowCapabilities) : Option.none()),
       failureTransport: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => c.failureTransport),
       lease: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => Duration.millis(c.leaseMs)),
       setup: Effect.succeed([]),
@@ -330,14 +330,6 @@ export const layer = (
     )
   )
 
-/** What the in-memory transport does: everything the PostgreSQL one does. */
-const capabilities: Capabilities = {
-  leases: true,
-  browsing: true,
-  countsDeliveries: true,
-  stableIds: true,
-  ackWithClaim: true
-}
 
 const byId = (a: Row, b: Row): number => compareIds(a.id, b.id)
 

@@ -8,6 +8,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Cause from "effect/Cause"
 import * as Config from "effect/Config"
+import { optionalFields } from "../internal/config.js"
 import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -258,18 +259,11 @@ export const layer = (
  * @since 0.1.0
  * @category config
  */
-export const config: Config.Config<Pick<Options, "table" | "retention" | "messagesTable">> = Config.all({
-  table: Config.option(Config.string("TABLE")),
-  retention: Config.option(Config.duration("RETENTION")),
-  messagesTable: Config.option(Config.string("MESSAGES_TABLE"))
+export const config: Config.Config<Pick<Options, "table" | "retention" | "messagesTable">> = optionalFields({
+  table: Config.string("TABLE"),
+  retention: Config.duration("RETENTION"),
+  messagesTable: Config.string("MESSAGES_TABLE")
 }).pipe(
-  Config.map((o) => {
-    const options: { -readonly [K in "table" | "retention" | "messagesTable"]?: Options[K] } = {}
-    if (Option.isSome(o.table)) options.table = o.table.value
-    if (Option.isSome(o.retention)) options.retention = o.retention.value
-    if (Option.isSome(o.messagesTable)) options.messagesTable = o.messagesTable.value
-    return options
-  }),
   Config.nested("IDEMPOTENCY"),
   Config.nested("OUTBOX")
 )

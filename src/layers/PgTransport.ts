@@ -20,8 +20,8 @@ import { OutboxConfigError, TransportError, UnknownTransportError } from "../dom
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
-import { failureTransports, positiveDuration, unknownTransport } from "../internal/transports.js"
-import { Transport, type Capabilities, type TransportShape } from "../services/Transport.js"
+import { failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
+import { Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { isStorageMissing, storageNotReady, transportError } from "./pg/errors.js"
 import { runMigrations } from "./internal/migrate.js"
@@ -97,14 +97,6 @@ interface ResolvedTransport {
   readonly failureTransport: string
 }
 
-/** What the PostgreSQL transport does, for every transport it serves. */
-const capabilities: Capabilities = {
-  leases: true,
-  browsing: true,
-  countsDeliveries: true,
-  stableIds: true,
-  ackWithClaim: true
-}
 
 const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessage => ({
   id: row.id,
@@ -200,7 +192,7 @@ export const make = (
 
     const transport: TransportShape = {
       names: Array.from(transports.keys()),
-      capabilities: (name) => (transports.has(name) ? Option.some(capabilities) : Option.none()),
+      capabilities: (name) => (transports.has(name) ? Option.some(rowCapabilities) : Option.none()),
       lease: (name) => Option.map(Option.fromNullable(transports.get(name)), (t) => Duration.millis(t.redeliverTimeoutMs)),
       failureTransport: (name) => Option.map(Option.fromNullable(transports.get(name)), (t) => t.failureTransport),
       send,

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
+import { optionalFields } from "../internal/config.js"
 import type * as ConfigError from "effect/ConfigError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -95,22 +96,13 @@ export const layerConfig = (
  * @since 0.1.0
  * @category config
  */
-export const exponentialConfig: Config.Config<RetryDelay.ExponentialOptions> = Config.all({
-  maxRetries: Config.option(Config.integer("MAX_RETRIES")),
-  delay: Config.option(Config.duration("DELAY")),
-  multiplier: Config.option(Config.number("MULTIPLIER")),
-  maxDelay: Config.option(Config.duration("MAX_DELAY")),
-  jitter: Config.option(Config.number("JITTER"))
+export const exponentialConfig: Config.Config<RetryDelay.ExponentialOptions> = optionalFields({
+  maxRetries: Config.integer("MAX_RETRIES"),
+  delay: Config.duration("DELAY"),
+  multiplier: Config.number("MULTIPLIER"),
+  maxDelay: Config.duration("MAX_DELAY"),
+  jitter: Config.number("JITTER")
 }).pipe(
-  Config.map((o) => {
-    const options: { -readonly [K in keyof RetryDelay.ExponentialOptions]: RetryDelay.ExponentialOptions[K] } = {}
-    if (Option.isSome(o.maxRetries)) options.maxRetries = o.maxRetries.value
-    if (Option.isSome(o.delay)) options.delay = o.delay.value
-    if (Option.isSome(o.multiplier)) options.multiplier = o.multiplier.value
-    if (Option.isSome(o.maxDelay)) options.maxDelay = o.maxDelay.value
-    if (Option.isSome(o.jitter)) options.jitter = o.jitter.value
-    return options
-  }),
   Config.nested("RETRY"),
   Config.nested("OUTBOX")
 )

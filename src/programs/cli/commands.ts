@@ -12,7 +12,6 @@ import type { TransportStats } from "../../domain/Envelope.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
 import { Transport } from "../../services/Transport.js"
-import { TransportAdmin } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
 import type { Environment } from "./environment.js"
@@ -21,7 +20,7 @@ import { dsn, fail, format, memoryLimit, positive, verbose } from "./options.js"
 
 /** @internal */
 export const make = (options: CliOptions, environment: Environment) => {
-  const { database, idempotencyLayer, idempotencyOnly, idempotencyOptions, known, transportOnly, withTransport } =
+  const { database, idempotencyLayer, idempotencyOnly, idempotencyOptions, known, opened, transportOnly, withTransport } =
     environment
   const setupTransports = Command.make(
     "setup-transports",
@@ -30,9 +29,8 @@ export const make = (options: CliOptions, environment: Environment) => {
       withTransport(
         o.dsn,
         Effect.gen(function*() {
-          const transport = yield* Transport
-          yield* known(transport, o.transports)
-          const applied = [...yield* (yield* TransportAdmin).setup]
+          const { admin, transport } = yield* opened(o.transports)
+          const applied = [...yield* admin.setup]
           if (idempotencyOptions !== undefined) {
             const store = yield* Effect.provide(IdempotencyStore, idempotencyOnly)
             applied.push(...(yield* store.setup).map((m) => `idempotency ${m}`))
@@ -156,9 +154,7 @@ export const make = (options: CliOptions, environment: Environment) => {
       withTransport(
         o.dsn,
         Effect.gen(function*() {
-          const transport = yield* Transport
-          const admin = yield* TransportAdmin
-          yield* known(transport, o.transports)
+          const { admin, transport } = yield* opened(o.transports)
           const names = o.transports.length > 0 ? o.transports : transport.names
           const rows: Array<TransportStats> = yield* Effect.forEach(names, (name) => admin.stats(name))
           if (o.format === "json") {

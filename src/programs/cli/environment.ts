@@ -15,7 +15,8 @@ import * as AmqpTransport from "../../layers/amqp/AmqpTransport.js"
 import * as PgIdempotencyStore from "../../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as TransportRouter from "../../layers/TransportRouter.js"
-import type { TransportShape } from "../../services/Transport.js"
+import { Transport, type TransportShape } from "../../services/Transport.js"
+import { TransportAdmin } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
 import { CliError, fail } from "./options.js"
 
@@ -77,8 +78,17 @@ export const make = (options: CliOptions) => {
         ? Effect.void
         : fail(`The "${name}" transport does not exist (known: ${transport.names.join(", ")})`))
 
+  /** The transport and its operator side, once the names given on the command line are known to be served. */
+  const opened = (names: ReadonlyArray<string>) =>
+    Effect.gen(function*() {
+      const transport = yield* Transport
+      yield* known(transport, names)
+      return { transport, admin: yield* TransportAdmin }
+    })
+
   return {
     database,
+    opened,
     transportLayer,
     transportOnly,
     idempotencyOptions,

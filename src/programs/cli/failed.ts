@@ -11,7 +11,7 @@ import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import type { StoredMessage } from "../../domain/Envelope.js"
 import * as Headers from "../../domain/Headers.js"
-import { Transport, type TransportShape } from "../../services/Transport.js"
+import type { TransportShape } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
 import type { Environment } from "./environment.js"
 import { all, classFilter, dsn, fail, failureTransport, force, format, ids, positive, verbose } from "./options.js"
@@ -19,7 +19,7 @@ import { oneLine, renderTable, truncate } from "./format.js"
 import { describeFailed, printFailed } from "./render.js"
 
 /** @internal */
-export const make = ({ known, withTransport }: Environment) => {
+export const make = ({ opened, withTransport }: Environment) => {
   const failedShow = Command.make(
     "failed:show",
     {
@@ -36,9 +36,7 @@ export const make = ({ known, withTransport }: Environment) => {
       withTransport(
         o.dsn,
         Effect.gen(function*() {
-          const transport = yield* Transport
-          const admin = yield* TransportAdmin
-          yield* known(transport, [o.transport])
+          const { admin } = yield* opened([o.transport])
           const typeFilter = Option.getOrUndefined(o.classFilter)
           if (Option.isSome(o.id)) {
             const found = yield* admin.find(o.transport, o.id.value)
@@ -142,8 +140,7 @@ export const make = ({ known, withTransport }: Environment) => {
     withTransport(
       o.dsn,
       Effect.gen(function*() {
-        const transport = yield* Transport
-        yield* known(transport, [o.transport])
+        const { transport } = yield* opened([o.transport])
         const messages = yield* selection(transport, o.transport, o)
         if (messages.length === 0) return yield* Console.log("[OK] No failed messages were found.")
         yield* act(transport, messages)
