@@ -12,7 +12,8 @@ export interface Bar {
   readonly ours: boolean
 }
 
-const escape = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;")
+const escape = (s: string) =>
+  s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;")
 
 const niceStep = (max: number): number => {
   const raw = max / 5
@@ -53,21 +54,33 @@ export const burnDownSvg = (bars: ReadonlyArray<Bar>, subtitle: string): string 
     const cy = y + barHeight / 2
     const fill = bar.ours ? "#2563eb" : "#9ca3af"
     out.push(
-      `<text x="${left - 10}" y="${cy + 4}" text-anchor="end" fill="#111"${bar.ours ? ` font-weight="600"` : ""}>${escape(bar.label)}</text>`
+      `<text x="${left - 10}" y="${cy + 4}" text-anchor="end" fill="#111"${bar.ours ? ` font-weight="600"` : ""}>${
+        escape(bar.label)
+      }</text>`
     )
     if (Number.isFinite(bar.median)) {
       out.push(
-        `<rect x="${left}" y="${y}" width="${Math.max(1, x(bar.median) - left).toFixed(1)}" height="${barHeight}" fill="${fill}" rx="2"/>`
+        `<rect x="${left}" y="${y}" width="${
+          Math.max(1, x(bar.median) - left).toFixed(1)
+        }" height="${barHeight}" fill="${fill}" rx="2"/>`
       )
       if (Number.isFinite(bar.min) && Number.isFinite(bar.max) && bar.max > bar.min) {
         out.push(
-          `<line x1="${x(bar.min).toFixed(1)}" y1="${cy}" x2="${x(bar.max).toFixed(1)}" y2="${cy}" stroke="#111" stroke-width="1.5"/>`,
-          `<line x1="${x(bar.min).toFixed(1)}" y1="${cy - 5}" x2="${x(bar.min).toFixed(1)}" y2="${cy + 5}" stroke="#111" stroke-width="1.5"/>`,
-          `<line x1="${x(bar.max).toFixed(1)}" y1="${cy - 5}" x2="${x(bar.max).toFixed(1)}" y2="${cy + 5}" stroke="#111" stroke-width="1.5"/>`
+          `<line x1="${x(bar.min).toFixed(1)}" y1="${cy}" x2="${
+            x(bar.max).toFixed(1)
+          }" y2="${cy}" stroke="#111" stroke-width="1.5"/>`,
+          `<line x1="${x(bar.min).toFixed(1)}" y1="${cy - 5}" x2="${x(bar.min).toFixed(1)}" y2="${
+            cy + 5
+          }" stroke="#111" stroke-width="1.5"/>`,
+          `<line x1="${x(bar.max).toFixed(1)}" y1="${cy - 5}" x2="${x(bar.max).toFixed(1)}" y2="${
+            cy + 5
+          }" stroke="#111" stroke-width="1.5"/>`
         )
       }
       out.push(
-        `<text x="${(Math.max(x(bar.median), Number.isFinite(bar.max) ? x(bar.max) : 0) + 8).toFixed(1)}" y="${cy + 4}" fill="#111">${escape(rate(bar.median))}</text>`
+        `<text x="${(Math.max(x(bar.median), Number.isFinite(bar.max) ? x(bar.max) : 0) + 8).toFixed(1)}" y="${
+          cy + 4
+        }" fill="#111">${escape(rate(bar.median))}</text>`
       )
     }
   })

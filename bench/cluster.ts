@@ -26,8 +26,10 @@ export interface ClusterOptions {
 
 /** The server flags of the embedded cluster (besides the data directory and port). */
 export const embeddedFlags = (noFsync: boolean): Array<string> => [
-  "-c", "listen_addresses=127.0.0.1",
-  "-c", "max_connections=200",
+  "-c",
+  "listen_addresses=127.0.0.1",
+  "-c",
+  "max_connections=200",
   ...(noFsync ? ["-c", "fsync=off"] : [])
 ]
 

@@ -67,7 +67,9 @@ try {
                 [body]
               )
             }
-            await client.query(variant === "pg:insert;commit" ? `${insert(client.escapeLiteral(body))}; COMMIT` : "COMMIT")
+            await client.query(
+              variant === "pg:insert;commit" ? `${insert(client.escapeLiteral(body))}; COMMIT` : "COMMIT"
+            )
           } finally {
             client.release()
           }

@@ -29,7 +29,8 @@ export const fastPreset = {
   failJobBatchDelay: 0
 } as const
 
-export const fastSettings = "concurrentJobs 24, maxPoolSize 25, localQueue 500 (refetchDelay 10 ms), completeJobBatchDelay 0, failJobBatchDelay 0"
+export const fastSettings =
+  "concurrentJobs 24, maxPoolSize 25, localQueue 500 (refetchDelay 10 ms), completeJobBatchDelay 0, failJobBatchDelay 0"
 
 export const setup = (url: string): Promise<void> => runMigrations({ connectionString: url, logger })
 
@@ -53,7 +54,12 @@ export const seed = (url: string, from: number, to: number): Promise<void> =>
  */
 export const consume = async (
   url: string,
-  options: { readonly fast: boolean; readonly total: number; readonly capMs: number; readonly onHandled?: (handled: number) => void }
+  options: {
+    readonly fast: boolean
+    readonly total: number
+    readonly capMs: number
+    readonly onHandled?: (handled: number) => void
+  }
 ): Promise<{ readonly handled: number; readonly capped: boolean }> => {
   let handled = 0
   let finish = () => {}

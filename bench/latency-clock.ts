@@ -15,7 +15,7 @@ let installed = false
  * application's own code (releasing the connection, closing scopes, resolving promises) runs on. Both
  * contenders' producers commit through `pg` (via @effect/sql-pg).
  */
-export const commitClock = (): (() => number) => {
+export const commitClock = (): () => number => {
   if (!installed) {
     installed = true
     const proto = pg.Client.prototype as unknown as { query: (...args: Array<unknown>) => unknown }

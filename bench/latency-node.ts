@@ -7,8 +7,8 @@
  * Usage: node --import tsx bench/latency-node.ts <ours|graphile> <database-url> <worker|producer|worker+producer>
  */
 import { sleep } from "./common.js"
-import { type Kind, type NodeMessage, producer, type Role, worker } from "./latency.js"
 import { monotonicMs } from "./latency-clock.js"
+import { type Kind, type NodeMessage, producer, type Role, worker } from "./latency.js"
 
 const [kind, url, role] = process.argv.slice(2) as [Kind, string, Role]
 const send = (m: NodeMessage) => process.send!(m)

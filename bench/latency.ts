@@ -22,7 +22,7 @@ import * as path from "node:path"
 import pg from "pg"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { BenchNoop, peerQueue, queue, root, sleep, table, tsNodeArgs, withDeadline } from "./common.js"
@@ -152,7 +152,9 @@ const committedAt = () => commitClock()()
 const dispatchOne = (n: number, delayMs?: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    yield* sql.withTransaction(Outbox.dispatch(new BenchNoop({ n }), delayMs === undefined ? undefined : { delay: Duration.millis(delayMs) }))
+    yield* sql.withTransaction(
+      Outbox.dispatch(new BenchNoop({ n }), delayMs === undefined ? undefined : { delay: Duration.millis(delayMs) })
+    )
     return committedAt()
   })
 
@@ -172,7 +174,9 @@ export const producer = async (kind: Kind, url: string) => {
   commitClock()
   const client = PgClient.layer({ url: Redacted.make(url), maxConnections: 2 })
   if (kind === "ours") {
-    const runtime = ManagedRuntime.make(Outbox.layer().pipe(Layer.provideMerge(PgTransport.layer({ table })), Layer.provideMerge(client)))
+    const runtime = ManagedRuntime.make(
+      Outbox.layer().pipe(Layer.provideMerge(PgTransport.layer({ table })), Layer.provideMerge(client))
+    )
     await runtime.runPromise(Effect.void)
     return {
       commit: (n: number) => runtime.runPromise(quiet(dispatchOne(n))),
@@ -182,7 +186,8 @@ export const producer = async (kind: Kind, url: string) => {
   const runtime = ManagedRuntime.make(client)
   const sql = await runtime.runPromise(SqlClient.SqlClient)
   return {
-    commit: (n: number) => runtime.runPromise(quiet(sql.withTransaction(graphileAddJob(sql, n)).pipe(Effect.map(committedAt)))),
+    commit: (n: number) =>
+      runtime.runPromise(quiet(sql.withTransaction(graphileAddJob(sql, n)).pipe(Effect.map(committedAt)))),
     close: () => runtime.dispose()
   }
 }
@@ -277,7 +282,12 @@ export const sideBySide = async (
     for (const { kind, url } of contenders) {
       await (kind === "ours" ? Ours.setup(url) : Graphile.setup(url))
       const waiter = starts()
-      const workerNode = await node(kind, url, placement === "worker-process" ? "worker+producer" : "worker", waiter.started)
+      const workerNode = await node(
+        kind,
+        url,
+        placement === "worker-process" ? "worker+producer" : "worker",
+        waiter.started
+      )
       running.push(workerNode)
       const producerNode = placement === "worker-process" ? workerNode : await node(kind, url, "producer", () => {})
       if (producerNode !== workerNode) running.push(producerNode)
@@ -286,7 +296,9 @@ export const sideBySide = async (
     for (let n = 1; n <= options.warmup + options.messages; n++) {
       for (let i = 0; i < sides.length; i++) {
         const side = sides[n % 2 === 0 ? i : sides.length - 1 - i]!
-        ;(n > options.warmup ? side.samples.measured : side.samples.startup).push(await commitAndAwait(side.waiter, side.commit, n))
+        ;(n > options.warmup ? side.samples.measured : side.samples.startup).push(
+          await commitAndAwait(side.waiter, side.commit, n)
+        )
         await sleep(options.gapMs)
       }
     }
@@ -301,7 +313,10 @@ export const sideBySide = async (
  * `clock_timestamp() - available_at` of its own row (database clock) on a separate connection.
  * Returns those lags in ms.
  */
-export const oursDelayed = async (url: string, options: { readonly messages: number; readonly delayMs: number }): Promise<Array<number>> => {
+export const oursDelayed = async (
+  url: string,
+  options: { readonly messages: number; readonly delayMs: number }
+): Promise<Array<number>> => {
   await Ours.setup(url)
   const probe = new pg.Client({ connectionString: url })
   probe.on("error", () => {})
@@ -320,8 +335,11 @@ export const oursDelayed = async (url: string, options: { readonly messages: num
       })
     await withWorker(ourLayer(url, onHandle), { transports: [queue] }, async (runtime) => {
       await sleep(300)
-      await produce({ messages: options.messages, warmup: 0, gapMs: 5 }, waiter, (n) =>
-        runtime.runPromise(quiet(dispatchOne(n, options.delayMs))))
+      await produce(
+        { messages: options.messages, warmup: 0, gapMs: 5 },
+        waiter,
+        (n) => runtime.runPromise(quiet(dispatchOne(n, options.delayMs)))
+      )
     })
     return Array.from(lags.values())
   } finally {

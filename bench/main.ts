@@ -14,14 +14,21 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { burnDownSvg } from "./chart.js"
 import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
-import { type BurnDownContender, businessTableSql, type DispatchContender, root, tsNodeArgs, withDeadline } from "./common.js"
+import {
+  type BurnDownContender,
+  businessTableSql,
+  type DispatchContender,
+  root,
+  tsNodeArgs,
+  withDeadline
+} from "./common.js"
 import * as Graphile from "./graphile.js"
 import * as Latency from "./latency.js"
 import * as Ours from "./ours.js"
 import * as PgBoss from "./pgboss.js"
 import * as Raw from "./raw.js"
 import * as Recovery from "./recovery.js"
-import { mb, rate, ratio, signedMb, type Summary, summarize, table } from "./stats.js"
+import { mb, rate, ratio, signedMb, summarize, type Summary, table } from "./stats.js"
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
@@ -108,9 +115,26 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     process.exit(0)
   }
   const known = [
-    "scenarios", "only", "rounds", "messages", "cap", "batch-size", "producers", "dispatch-seconds",
-    "memory-first", "memory-total", "memory-rounds", "pgboss-workers", "latency-messages", "latency-warmup",
-    "latency-gap", "latency-rounds", "delayed-messages", "delay", "recovery-rounds", "lease"
+    "scenarios",
+    "only",
+    "rounds",
+    "messages",
+    "cap",
+    "batch-size",
+    "producers",
+    "dispatch-seconds",
+    "memory-first",
+    "memory-total",
+    "memory-rounds",
+    "pgboss-workers",
+    "latency-messages",
+    "latency-warmup",
+    "latency-gap",
+    "latency-rounds",
+    "delayed-messages",
+    "delay",
+    "recovery-rounds",
+    "lease"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -314,7 +338,9 @@ const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<Dispatch
           )
           results.get(c.id)![enqueue ? "with" : "without"].push(tps)
           log(
-            `dispatch round ${round + 1}/${o.rounds}  ${c.id.padEnd(9)} ${enqueue ? "with enqueue   " : "without enqueue"} ${rate(tps).padStart(8)} tx/s`
+            `dispatch round ${round + 1}/${o.rounds}  ${c.id.padEnd(9)} ${
+              enqueue ? "with enqueue   " : "without enqueue"
+            } ${rate(tps).padStart(8)} tx/s`
           )
         } finally {
           await db.drop()
@@ -335,7 +361,6 @@ const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<Dispatch
   })
 }
 
-
 interface Sample {
   readonly handled: number
   readonly rss: number
@@ -345,7 +370,15 @@ interface Sample {
 const runMemoryChild = (contender: string, url: string, total: number, samples: ReadonlyArray<number>) =>
   new Promise<{ readonly samples: Array<Sample>; readonly seconds: number }>((resolve, reject) => {
     const script = path.join(root, "bench", "memory-worker.ts")
-    const child = spawn(process.execPath, ["--expose-gc", ...tsNodeArgs(), script, contender, url, String(total), samples.join(",")], {
+    const child = spawn(process.execPath, [
+      "--expose-gc",
+      ...tsNodeArgs(),
+      script,
+      contender,
+      url,
+      String(total),
+      samples.join(",")
+    ], {
       cwd: root,
       stdio: ["ignore", "pipe", "inherit"]
     })
@@ -378,9 +411,17 @@ const memoryContenders = [
 ] as const
 
 const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResult>> => {
-  const contenders = memoryContenders.filter((c) => o.only === undefined || o.only.has(c.id) || o.only.has(`memory-${c.id}`))
+  const contenders = memoryContenders.filter((c) =>
+    o.only === undefined || o.only.has(c.id) || o.only.has(`memory-${c.id}`)
+  )
   const step = Math.max(o.memoryFirst, Math.floor(o.memoryTotal / 10))
-  const points = Array.from(new Set([o.memoryFirst, ...Array.from({ length: 10 }, (_, i) => Math.min(o.memoryTotal, (i + 1) * step)), o.memoryTotal]))
+  const points = Array.from(
+    new Set([
+      o.memoryFirst,
+      ...Array.from({ length: 10 }, (_, i) => Math.min(o.memoryTotal, (i + 1) * step)),
+      o.memoryTotal
+    ])
+  )
     .sort((a, b) => a - b)
   const results: Array<MemoryResult> = []
   for (const c of contenders) {
@@ -392,12 +433,18 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
         log(`memory round ${round + 1}/${o.memoryRounds}  ${c.id}: seeding ${o.memoryTotal} messages`)
         await c.seed(db.url, 1, o.memoryTotal)
         await settle(db.url)
-        const run = await withDeadline(runMemoryChild(c.id, db.url, o.memoryTotal, points), 15 * 60_000, `memory run of ${c.id}`)
+        const run = await withDeadline(
+          runMemoryChild(c.id, db.url, o.memoryTotal, points),
+          15 * 60_000,
+          `memory run of ${c.id}`
+        )
         rounds.push(run)
         const first = run.samples.find((s) => s.handled === o.memoryFirst)
         const last = run.samples.find((s) => s.handled === o.memoryTotal)
         log(
-          `memory round ${round + 1}/${o.memoryRounds}  ${c.id.padEnd(14)} RSS ${mb(first?.rss ?? Number.NaN)} after ${o.memoryFirst}, ` +
+          `memory round ${round + 1}/${o.memoryRounds}  ${c.id.padEnd(14)} RSS ${
+            mb(first?.rss ?? Number.NaN)
+          } after ${o.memoryFirst}, ` +
             `${mb(last?.rss ?? Number.NaN)} after ${o.memoryTotal} (${run.seconds.toFixed(1)} s)`
         )
       } finally {
@@ -405,7 +452,8 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
       }
     }
     const at = (r: { samples: Array<Sample> }, n: number) => r.samples.find((s) => s.handled === n)
-    const growthOf = (r: { samples: Array<Sample> }) => (at(r, o.memoryTotal)?.rss ?? Number.NaN) - (at(r, o.memoryFirst)?.rss ?? Number.NaN)
+    const growthOf = (r: { samples: Array<Sample> }) =>
+      (at(r, o.memoryTotal)?.rss ?? Number.NaN) - (at(r, o.memoryFirst)?.rss ?? Number.NaN)
     const byGrowth = [...rounds].sort((a, b) => growthOf(a) - growthOf(b))
     const medianRound = byGrowth[Math.floor((byGrowth.length - 1) / 2)]!
     results.push({
@@ -429,10 +477,38 @@ const latencyContenders = () => {
   const ours = "`Worker.run({ transports: [\"outbox\"] })`: defaults (batchSize 50, sleep 1 s), LISTEN/NOTIFY wake-up"
   const graphile = "no options (LISTEN/NOTIFY on `add_job`, pollInterval 2 s)"
   return [
-    { id: "ours", kind: "ours", label: "effect-outbox", placement: "worker-process", producer: "worker's process", settings: ours },
-    { id: "graphile-default", kind: "graphile", label: "graphile-worker, defaults", placement: "worker-process", producer: "worker's process", settings: graphile },
-    { id: "ours-own-process", kind: "ours", label: "effect-outbox", placement: "own-process", producer: "own process", settings: ours },
-    { id: "graphile-default-own-process", kind: "graphile", label: "graphile-worker, defaults", placement: "own-process", producer: "own process", settings: graphile }
+    {
+      id: "ours",
+      kind: "ours",
+      label: "effect-outbox",
+      placement: "worker-process",
+      producer: "worker's process",
+      settings: ours
+    },
+    {
+      id: "graphile-default",
+      kind: "graphile",
+      label: "graphile-worker, defaults",
+      placement: "worker-process",
+      producer: "worker's process",
+      settings: graphile
+    },
+    {
+      id: "ours-own-process",
+      kind: "ours",
+      label: "effect-outbox",
+      placement: "own-process",
+      producer: "own process",
+      settings: ours
+    },
+    {
+      id: "graphile-default-own-process",
+      kind: "graphile",
+      label: "graphile-worker, defaults",
+      placement: "own-process",
+      producer: "own process",
+      settings: graphile
+    }
   ] as const
 }
 
@@ -449,7 +525,9 @@ const runLatency = async (
   const options = { messages: o.latencyMessages, warmup: o.latencyWarmup, gapMs: o.latencyGapMs }
   // Per placement, the contenders run side by side, message by message (see `Latency.sideBySide`); each round on
   // fresh databases and fresh processes, the placements' order swapped every round; percentiles over all rounds.
-  const placements = (["worker-process", "own-process"] as const).filter((p) => contenders.some((c) => c.placement === p))
+  const placements = (["worker-process", "own-process"] as const).filter((p) =>
+    contenders.some((c) => c.placement === p)
+  )
   const samples = new Map<string, Latency.LatencySamples>(contenders.map((c) => [c.id, { startup: [], measured: [] }]))
   for (let round = 0; round < o.latencyRounds; round++) {
     for (const placement of round % 2 === 0 ? placements : [...placements].reverse()) {
@@ -469,7 +547,11 @@ const runLatency = async (
           all.measured.push(...values.measured)
           const p = Latency.percentiles(values.measured)
           const s = Latency.percentiles(values.startup)
-          log(`latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(28)} p50 ${ms(p.p50)}, p95 ${ms(p.p95)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages; warm-up p99 ${ms(s.p99)})`)
+          log(
+            `latency round ${round + 1}/${o.latencyRounds}  ${c.id.padEnd(28)} p50 ${ms(p.p50)}, p95 ${
+              ms(p.p95)
+            }, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages; warm-up p99 ${ms(s.p99)})`
+          )
         })
       } finally {
         for (const db of dbs) await db.drop()
@@ -494,7 +576,11 @@ const runLatency = async (
         "delayed latency of ours"
       )
       const p = Latency.percentiles(values)
-      log(`latency  ours, delayed ${o.delayMs} ms: after due p50 ${ms(p.p50)}, p99 ${ms(p.p99)}, max ${ms(p.max)} (${p.count} messages)`)
+      log(
+        `latency  ours, delayed ${o.delayMs} ms: after due p50 ${ms(p.p50)}, p99 ${ms(p.p99)}, max ${
+          ms(p.max)
+        } (${p.count} messages)`
+      )
       delayed = { delayMs: o.delayMs, ms: p }
     } finally {
       await db.drop()
@@ -517,7 +603,11 @@ const runRecovery = async (cluster: Cluster, o: Options): Promise<RecoveryResult
         "recovery round"
       )
       rounds.push(m.ms)
-      log(`recovery round ${round + 1}/${o.recoveryRounds}  SIGKILL → redelivery ${ms(m.ms)} (lease ${o.leaseMs} ms; ${m.redelivered} redelivered)`)
+      log(
+        `recovery round ${round + 1}/${o.recoveryRounds}  SIGKILL → redelivery ${
+          ms(m.ms)
+        } (lease ${o.leaseMs} ms; ${m.redelivered} redelivered)`
+      )
     } finally {
       await db.drop()
     }
@@ -542,7 +632,11 @@ const burnDownTable = (results: ReadonlyArray<BurnDownResult>, o: Options): stri
       rate(r.rates.median),
       spread(r.rates, rate),
       ours === undefined || r === ours ? "" : ratio(ours.rates.median / r.rates.median),
-      r.capped ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${count(o.messages)} handled` : ""
+      r.capped
+        ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${
+          count(o.messages)
+        } handled`
+        : ""
     ]),
     ["l", "l", "r", "r", "r", "l"]
   )
@@ -551,7 +645,16 @@ const burnDownTable = (results: ReadonlyArray<BurnDownResult>, o: Options): stri
 const dispatchTable = (results: ReadonlyArray<DispatchResult>): string => {
   const ours = results.find((r) => r.id === "ours")
   return table(
-    ["contender", "tx/s without enqueue", "min – max", "tx/s with enqueue", "min – max", "with ÷ without", "min – max", "ours ÷ this (with enqueue)"],
+    [
+      "contender",
+      "tx/s without enqueue",
+      "min – max",
+      "tx/s with enqueue",
+      "min – max",
+      "with ÷ without",
+      "min – max",
+      "ours ÷ this (with enqueue)"
+    ],
     results.map((r) => [
       r.label,
       rate(r.without.median),
@@ -604,8 +707,18 @@ const latencyTable = (results: ReadonlyArray<LatencyResult>): string => {
   const oursWith = (producer: string) => results.find((r) => r.label === "effect-outbox" && r.producer === producer)
   return table(
     [
-      "contender", "producer", "settings", "messages", "p50", "p95", "p99", "max", "ours ÷ this (p50)", "ours ÷ this (p99)",
-      "warm-up p99", "ours ÷ this (warm-up p99)"
+      "contender",
+      "producer",
+      "settings",
+      "messages",
+      "p50",
+      "p95",
+      "p99",
+      "max",
+      "ours ÷ this (p50)",
+      "ours ÷ this (p99)",
+      "warm-up p99",
+      "ours ÷ this (warm-up p99)"
     ],
     results.map((r) => {
       const ours = oursWith(r.producer)
@@ -666,7 +779,12 @@ const targets = (
   const raw = find(burnDown, "raw")
   if (ours && fast) {
     const v = ours.rates.median / fast.rates.median
-    out.push({ name: "burn-down: ours ÷ graphile-worker fast settings", value: ratio(v), goal: "≥ 1.25×", met: v >= 1.25 })
+    out.push({
+      name: "burn-down: ours ÷ graphile-worker fast settings",
+      value: ratio(v),
+      goal: "≥ 1.25×",
+      met: v >= 1.25
+    })
   }
   if (ours && raw) {
     const v = ours.rates.median / raw.rates.median
@@ -674,7 +792,12 @@ const targets = (
   }
   const d = find(dispatch, "ours")
   if (d) {
-    out.push({ name: "dispatch cost: ours with ÷ without enqueue", value: d.ratio.median.toFixed(3), goal: "≥ 0.90", met: d.ratio.median >= 0.9 })
+    out.push({
+      name: "dispatch cost: ours with ÷ without enqueue",
+      value: d.ratio.median.toFixed(3),
+      goal: "≥ 0.90",
+      met: d.ratio.median >= 0.9
+    })
   }
   const m = find(memory, "ours")
   if (m) {
@@ -690,7 +813,12 @@ const targets = (
   const lg = find(latency, "graphile-default")
   if (lo) {
     out.push({ name: "latency: ours commit → handler p50", value: ms(lo.ms.p50), goal: "≤ 3 ms", met: lo.ms.p50 <= 3 })
-    out.push({ name: "latency: ours commit → handler p99", value: ms(lo.ms.p99), goal: "≤ 15 ms", met: lo.ms.p99 <= 15 })
+    out.push({
+      name: "latency: ours commit → handler p99",
+      value: ms(lo.ms.p99),
+      goal: "≤ 15 ms",
+      met: lo.ms.p99 <= 15
+    })
   }
   if (lo && lg) {
     const v50 = lo.ms.p50 / lg.ms.p50
@@ -727,7 +855,9 @@ const targetsTable = (ts: ReadonlyArray<Target>): string =>
 
 const versionOf = (name: string): string => {
   try {
-    const pkg = JSON.parse(fs.readFileSync(path.join(root, "node_modules", name, "package.json"), "utf8")) as { version: string }
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, "node_modules", name, "package.json"), "utf8")) as {
+      version: string
+    }
     return pkg.version
   } catch {
     return "?"
@@ -735,7 +865,7 @@ const versionOf = (name: string): string => {
 }
 
 /** Whether the library's modules resolve to the compiled `dist/` (bench/compiled-library.mjs), as in `npm run bench`. */
-const runsCompiled = (): boolean => import.meta.resolve("../src/programs/Worker.js").includes("/dist/")
+const runsCompiled = (): boolean => import.meta.resolve("../src/programs/worker/Worker.js").includes("/dist/")
 
 const ownVersion = (): string =>
   (JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")) as { version: string }).version
@@ -744,7 +874,8 @@ const ownVersion = (): string =>
 const revision = (): string => {
   try {
     const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root, encoding: "utf8" }).trim()
-    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: root, encoding: "utf8" }).trim() !== ""
+    const dirty =
+      execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: root, encoding: "utf8" }).trim() !== ""
     return `${commit}${dirty ? " with uncommitted changes in src/" : ""}`
   } catch {
     return "unknown (not a git checkout)"
@@ -762,16 +893,20 @@ const main = async () => {
   const cluster = await startCluster({ noFsync: o.noFsync, log })
   try {
     const info = await serverInfo(cluster.adminUrl)
-    log(`PostgreSQL ${info.version} (${cluster.origin}); fsync=${info.settings.fsync}, synchronous_commit=${info.settings.synchronous_commit}`)
+    log(
+      `PostgreSQL ${info.version} (${cluster.origin}); fsync=${info.settings.fsync}, synchronous_commit=${info.settings.synchronous_commit}`
+    )
 
-    // The raw contender must run our statements: record what the library sends and compare.
+    // The raw contender imports the transport's claim text (`claimCall`); check that the library really sends it.
     const verifyDb = await freshDatabase(cluster.adminUrl, "verify")
-    const verified = await withDeadline(Ours.verify(verifyDb.url), 120_000, "the statement check").finally(() => verifyDb.drop())
+    const verified = await withDeadline(Ours.verify(verifyDb.url), 120_000, "the statement check").finally(() =>
+      verifyDb.drop()
+    )
     const same = Raw.sameStatements(verified.statements)
     const statementsMatch = same.claim
     if (!statementsMatch) {
       log(
-        "WARNING: bench/raw.ts no longer runs the transport's claim statement; copy it again from src/layers/PgTransport.ts"
+        "WARNING: the worker no longer sends `claimCall` (src/layers/pg/sql/transport.ts), the claim bench/raw.ts runs"
       )
     }
     if (!verified.shapeOk) log("WARNING: the seeding SQL of bench/ours.ts no longer writes what Outbox.dispatch writes")
@@ -797,19 +932,29 @@ const main = async () => {
     }
     const cpus = os.cpus()
     const machine = [
-      `- CPU: ${cpus.length} × ${cpus[0]?.model.trim() ?? "?"}; RAM ${(os.totalmem() / 1024 ** 3).toFixed(1)} GB; ${os.type()} ${os.release()} (${os.arch()})`,
+      `- CPU: ${cpus.length} × ${cpus[0]?.model.trim() ?? "?"}; RAM ${
+        (os.totalmem() / 1024 ** 3).toFixed(1)
+      } GB; ${os.type()} ${os.release()} (${os.arch()})`,
       `- Node.js ${process.version}; PostgreSQL ${info.version} on the same machine (${cluster.origin})`,
       `- PostgreSQL settings: ${Object.entries(info.settings).map(([k, v]) => `${k}=${v}`).join(", ")}`,
       `- Versions: ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join(", ")}`,
-      `- Raw-SQL contender runs the transport's own claim statement (its claim function, acks included): ${statementsMatch ? "yes (checked at run time)" : "NO — bench/raw.ts is out of date"}`,
-      `- effect-outbox runs as published, tsc-compiled JavaScript (\`dist/\`, see bench/compiled-library.mjs): ${runsCompiled() ? "yes" : "NO — its TypeScript sources through tsx"}`
+      `- Raw-SQL contender runs the transport's own claim statement (its claim function, acks included): ${
+        statementsMatch
+          ? "yes (imported from src/layers/pg/sql/transport.ts, checked at run time)"
+          : "NO — the worker no longer sends the claim text bench/raw.ts imports"
+      }`,
+      `- effect-outbox runs as published, tsc-compiled JavaScript (\`dist/\`, see bench/compiled-library.mjs): ${
+        runsCompiled() ? "yes" : "NO — its TypeScript sources through tsx"
+      }`
     ].join("\n")
 
     const sections: Array<string> = []
     if (burnDown) {
       sections.push(
         `### Burn-down\n\n${o.messages.toLocaleString("en-US")} pre-inserted messages, no-op handler, one process; ` +
-          `${o.rounds} round${o.rounds > 1 ? "s" : ""} per contender, each on a fresh database; a round is capped at ${o.capSeconds} s.\n\n` +
+          `${o.rounds} round${
+            o.rounds > 1 ? "s" : ""
+          } per contender, each on a fresh database; a round is capped at ${o.capSeconds} s.\n\n` +
           burnDownTable(burnDown, o)
       )
     }
@@ -817,7 +962,9 @@ const main = async () => {
       sections.push(
         `### Dispatch cost\n\n${o.producers} concurrent producers, each transaction \`UPDATE\`s one business row ` +
           `(its own rows, no lock waits) and enqueues one message, against the same transaction without the enqueue; ` +
-          `${o.dispatchSeconds} s measured after ${o.dispatchWarmupSeconds} s warm-up, ${o.rounds} round${o.rounds > 1 ? "s" : ""}.\n\n` +
+          `${o.dispatchSeconds} s measured after ${o.dispatchWarmupSeconds} s warm-up, ${o.rounds} round${
+            o.rounds > 1 ? "s" : ""
+          }.\n\n` +
           dispatchTable(dispatch) +
           "\n\nEnqueue calls: " +
           dispatch.map((d) => `${d.label}: ${d.enqueueCall}`).join("; ") +
@@ -828,10 +975,16 @@ const main = async () => {
       const curve = memory.find((m) => m.id === "ours")
       sections.push(
         `### Memory\n\nWorker process RSS (child process; \`process.memoryUsage()\` in the handler, right after a full GC) after the first ` +
-          `${o.memoryFirst.toLocaleString("en-US")} and after ${o.memoryTotal.toLocaleString("en-US")} messages, batch 500; ` +
+          `${o.memoryFirst.toLocaleString("en-US")} and after ${
+            o.memoryTotal.toLocaleString("en-US")
+          } messages, batch 500; ` +
           `${o.memoryRounds} round${o.memoryRounds > 1 ? "s" : ""}.\n\n` +
           memoryTable(memory) +
-          (curve ? `\n\neffect-outbox RSS along the run (${o.memoryRounds > 1 ? "the round of median growth, lower one when even" : "the round"}):\n\n${curveTable(curve)}` : "")
+          (curve
+            ? `\n\neffect-outbox RSS along the run (${
+              o.memoryRounds > 1 ? "the round of median growth, lower one when even" : "the round"
+            }):\n\n${curveTable(curve)}`
+            : "")
       )
     }
     if (latency !== undefined || delayed !== undefined) {
@@ -839,11 +992,17 @@ const main = async () => {
         `### Latency\n\nAn idle queue and a worker already running and idle, each contender in processes of its own on a ` +
           `database of its own, both running at once: message *n* is committed for one, its handler start awaited, then ` +
           `${o.latencyGapMs} ms later for the other (the order swapped every message), so a slow stretch of the machine falls on ` +
-          `both alike. ${o.latencyWarmup.toLocaleString("en-US")} warm-up messages each (their p99 is shown apart: the ` +
-          `start-up tail, while the JIT still compiles), then ${o.latencyMessages.toLocaleString("en-US")} measured, each ` +
+          `both alike. ${
+            o.latencyWarmup.toLocaleString("en-US")
+          } warm-up messages each (their p99 is shown apart: the ` +
+          `start-up tail, while the JIT still compiles), then ${
+            o.latencyMessages.toLocaleString("en-US")
+          } measured, each ` +
           `committed in its own transaction; time from COMMIT returning in the producer to the handler start, on the ` +
           `machine's monotonic clock (the commit's end is when its response reached the producer's \`pg\` client); ` +
-          `${o.latencyRounds} round${o.latencyRounds > 1 ? "s" : ""} on fresh databases and processes, percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
+          `${o.latencyRounds} round${
+            o.latencyRounds > 1 ? "s" : ""
+          } on fresh databases and processes, percentiles over the samples of all rounds. The producer is the same Effect application for both: each message ` +
           `committed with \`@effect/sql\`'s \`sql.withTransaction\`, enqueued with \`Outbox.dispatch\` for ours and with ` +
           `graphile-worker's \`add_job\` SQL function on the transaction's connection for graphile (its transactional way). ` +
           `It runs in the worker's process (the targets are checked there), and again in a process of its own.\n\n` +
@@ -859,7 +1018,9 @@ const main = async () => {
       sections.push(
         `### Recovery\n\nA worker child process claims ${recovery.messages} messages (lease ${recovery.leaseMs} ms, renewed every third of it) ` +
           `and hangs in its handler; it is killed with SIGKILL while an idle rival worker (\`sleep\` 60 s, same lease) waits; ` +
-          `time from the SIGKILL to the rival's first handler start, ${recovery.summary.rounds} round${recovery.summary.rounds > 1 ? "s" : ""}, each on a fresh database.\n\n` +
+          `time from the SIGKILL to the rival's first handler start, ${recovery.summary.rounds} round${
+            recovery.summary.rounds > 1 ? "s" : ""
+          }, each on a fresh database.\n\n` +
           recoveryTable(recovery)
       )
     }
@@ -891,15 +1052,37 @@ const main = async () => {
       fs.writeFileSync(file, next)
       if (burnDown) {
         const svg = burnDownSvg(
-          burnDown.map((r) => ({ label: r.label, median: r.rates.median, min: r.rates.min, max: r.rates.max, ours: r.id.startsWith("ours") })),
-          `${o.messages.toLocaleString("en-US")} messages, ${o.rounds} rounds, ${cpus.length} cores, PostgreSQL ${info.version} (fsync=${info.settings.fsync}), ${date}`
+          burnDown.map((r) => ({
+            label: r.label,
+            median: r.rates.median,
+            min: r.rates.min,
+            max: r.rates.max,
+            ours: r.id.startsWith("ours")
+          })),
+          `${
+            o.messages.toLocaleString("en-US")
+          } messages, ${o.rounds} rounds, ${cpus.length} cores, PostgreSQL ${info.version} (fsync=${info.settings.fsync}), ${date}`
         )
         fs.writeFileSync(path.join(root, "bench", "burn-down.svg"), svg)
       }
       log(`wrote BENCHMARKS.md${burnDown ? " and bench/burn-down.svg" : ""}`)
     }
     if (o.json) {
-      console.log(`BENCH_JSON ${JSON.stringify({ statementsMatch, shapeOk: verified.shapeOk, burnDown, dispatch, memory, latency, delayed, recovery, targets: ts })}`)
+      console.log(
+        `BENCH_JSON ${
+          JSON.stringify({
+            statementsMatch,
+            shapeOk: verified.shapeOk,
+            burnDown,
+            dispatch,
+            memory,
+            latency,
+            delayed,
+            recovery,
+            targets: ts
+          })
+        }`
+      )
     }
   } finally {
     await cluster.stop()

@@ -15,7 +15,7 @@ import * as Redacted from "effect/Redacted"
 import pg from "pg"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { withClient } from "./cluster.js"
@@ -151,10 +151,12 @@ export const dispatch: DispatchContender = {
 
 /**
  * Runs a tiny real round trip through the library while recording every statement text that reaches
- * `pg`: the raw contender checks that it still uses exactly these claim and delete statements, and the
+ * `pg`: the benchmark checks that the claim text the raw contender imports is among them, and the
  * seeding SQL is checked against the body and headers `Outbox.dispatch` writes.
  */
-export const verify = async (url: string): Promise<{ readonly statements: ReadonlyArray<string>; readonly shapeOk: boolean }> => {
+export const verify = async (
+  url: string
+): Promise<{ readonly statements: ReadonlyArray<string>; readonly shapeOk: boolean }> => {
   await setup(url)
   const seen = new Set<string>()
   const proto = pg.Client.prototype as unknown as { query: (...args: Array<unknown>) => unknown }

@@ -4,8 +4,8 @@
  * polling worker: "each call to work() adds a new polling worker", maintainer, timgit/pg-boss#483),
  * and maintenance and cron scheduling off on this instance (`supervise: false`, `schedule: false`).
  */
-import PgBoss from "pg-boss"
 import pg from "pg"
+import PgBoss from "pg-boss"
 import {
   type BurnDownContender,
   businessRow,
@@ -22,7 +22,9 @@ export const batchSize = 500
 export const pollingIntervalSeconds = 0.5
 
 export const tunedSettings = (workers: number) =>
-  `work() × ${workers}, batchSize ${batchSize}, pollingIntervalSeconds ${pollingIntervalSeconds}, pool max ${Math.max(10, workers + 2)}, supervise off, schedule off`
+  `work() × ${workers}, batchSize ${batchSize}, pollingIntervalSeconds ${pollingIntervalSeconds}, pool max ${
+    Math.max(10, workers + 2)
+  }, supervise off, schedule off`
 
 const start = async (url: string, max = 10): Promise<PgBoss> => {
   const boss = new PgBoss({ connectionString: url, supervise: false, schedule: false, max })

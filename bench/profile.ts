@@ -35,9 +35,10 @@ const rawConsume = async (url: string, onHandled: () => void) => {
   await client.connect()
   let ids: Array<string> = []
   while (true) {
-    const { rows } = await client.query<{ id: string }>(Raw.claimSql, ["outbox", 30000, batch, ids, true])
-    ids = rows.map((r) => r.id)
-    if (rows.length === 0) break
+    const { rows } = await client.query<{ id: string | null }>(Raw.claimSql, ["outbox", 30000, batch, ids, true])
+    // Leased nothing: one row with a NULL id (the claim also deleted the last batch).
+    if (rows.length === 0 || rows[0]!.id === null) break
+    ids = rows.map((r) => r.id!)
     for (const _ of rows) onHandled()
   }
   await client.end()
@@ -83,7 +84,9 @@ try {
       const db = await freshDatabase(cluster.adminUrl, "profile")
       const m = await once(which, db.url, n, last)
       console.log(
-        `${which} batch ${batch}: ${m.handled} in ${m.seconds.toFixed(2)} s = ${Math.round(m.handled / m.seconds)} msg/s; ` +
+        `${which} batch ${batch}: ${m.handled} in ${m.seconds.toFixed(2)} s = ${
+          Math.round(m.handled / m.seconds)
+        } msg/s; ` +
           `node CPU ${m.cpuSeconds.toFixed(2)} s (${((m.cpuSeconds / m.seconds) * 100).toFixed(0)} % of one core), ` +
           `${((m.cpuSeconds / m.handled) * 1e6).toFixed(1)} µs CPU per message${last ? `; profile: ${out}` : ""}`
       )

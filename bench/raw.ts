@@ -2,31 +2,35 @@
  * The raw-SQL limit: the claim and delete statements of our transport, driven directly through `pg`
  * (one connection, claim → no-op → delete, same batch size), with no library around them.
  *
- * The statement texts are copied from src/layers/PgTransport.ts (`claim` and `ack`, as compiled by
- * @effect/sql for the default table). `ours.verify` records the statements the transport really sends
- * and the benchmark refuses to call this the limit when they differ (see `sameStatements`).
+ * The claim text is the transport's own (`claimCall` of src/layers/pg/sql/transport.ts, the text a worker's
+ * session sends on its connection), imported rather than copied; `ours.verify` records the statements the
+ * library really sends, and the benchmark checks that this text is among them (see `sameStatements`).
  */
 import pg from "pg"
+import { quote } from "../src/layers/pg/sql/identifiers.js"
+import { claimCall } from "../src/layers/pg/sql/transport.js"
 import { type BurnDownContender, clock, queue, table } from "./common.js"
 import * as Ours from "./ours.js"
 
 /**
- * src/layers/PgTransport.ts, `claim` and `ackAndClaim`: the table's claim function (migrations
- * `3_claim_function`, `4_claim_next_due`). $1 queue name, $2 lease in ms, $3 batch size, $4 the ids to delete first (the previous
- * batch; text, cast to bigint[]), $5 relaxed commit (true: the worker's claim is its own transaction).
+ * The table's claim function (migrations `3_claim_function`, `4_claim_next_due`): $1 queue name, $2 lease in ms,
+ * $3 batch size, $4 the ids to delete first (the previous batch; cast to bigint[]), $5 relaxed commit (true: the
+ * worker's claim is its own transaction).
  */
-export const claimSql = `SELECT * FROM "${table}_claim"($1, $2,
-          $3, $4::bigint[], $5)`
+export const claimSql = claimCall(table)
 
-/** src/layers/PgTransport.ts, `ack` (what the worker writes when no claim follows soon): $1 the ids. */
-export const deleteSql = `DELETE FROM "${table}" WHERE id = ANY($1::bigint[])`
+/**
+ * The transport's `ack` (what the worker writes when no claim follows soon), as text: $1 the ids, $2 the queue.
+ * Used once, for the last batch (every other batch is deleted by the claim that follows it).
+ */
+export const deleteSql = `DELETE FROM ${quote(table)} WHERE id = ANY($1::bigint[]) AND queue_name = $2`
 
 /** The transport's default lease (30 s), passed as the claim's $2. */
 const leaseMs = 30_000
 
 const normalize = (sql: string) => sql.replace(/\s+/g, " ").trim()
 
-/** Whether the statements recorded from the library include exactly our claim and delete texts. */
+/** Whether the statements recorded from the library include the claim text this contender runs. */
 export const sameStatements = (recorded: ReadonlyArray<string>): { readonly claim: boolean } => {
   const texts = new Set(recorded.map(normalize))
   return { claim: texts.has(normalize(claimSql)) }
@@ -39,7 +43,8 @@ interface Row {
 export const burnDown = (batchSize: number): BurnDownContender => ({
   id: "raw",
   label: "raw-SQL limit",
-  settings: `our claim function (batch ${batchSize}), deleting the previous batch in the same call; one pg connection, no library`,
+  settings:
+    `our claim function (batch ${batchSize}), deleting the previous batch in the same call; one pg connection, no library`,
   run: async (url, options) => {
     await Ours.setup(url)
     await Ours.seed(url, 1, options.messages)
@@ -72,7 +77,7 @@ export const burnDown = (batchSize: number): BurnDownContender => ({
           handled++
         }
       }
-      if (ids.length > 0) await client.query(deleteSql, [ids])
+      if (ids.length > 0) await client.query(deleteSql, [ids, queue])
       return { handled, seconds: time.seconds(), capped }
     } finally {
       await client.end()

@@ -14,15 +14,18 @@ import * as LogLevel from "effect/LogLevel"
 import * as Redacted from "effect/Redacted"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import { BenchNoop, queue, table } from "./common.js"
 
 const [url, leaseMs] = process.argv.slice(2)
 
 const handlers = Handlers.layer([
-  Handlers.handler(BenchNoop, (_message, envelope) =>
-    Effect.sync(() => process.stdout.write(`STARTED ${envelope.messageId}\n`)).pipe(Effect.zipRight(Effect.never)))
+  Handlers.handler(
+    BenchNoop,
+    (_message, envelope) =>
+      Effect.sync(() => process.stdout.write(`STARTED ${envelope.messageId}\n`)).pipe(Effect.zipRight(Effect.never))
+  )
 ])
 
 const layers = Layer.mergeAll(

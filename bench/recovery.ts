@@ -4,21 +4,19 @@
  * deadline — its `nextDue` wake-up — can make it look again) must redeliver them. Measured: SIGKILL to
  * the rival's first handler start.
  */
-import { spawn } from "node:child_process"
-import * as path from "node:path"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Redacted from "effect/Redacted"
+import { spawn } from "node:child_process"
+import * as path from "node:path"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as Handlers from "../src/services/Handlers.js"
 import { BenchNoop, queue, root, sleep, table, tsNodeArgs, withDeadline } from "./common.js"
 import { withWorker } from "./latency.js"
 import * as Ours from "./ours.js"
-
-
 
 export interface RecoveryOptions {
   /** The lease (`redeliverTimeout`) of both workers, in ms. */
@@ -36,7 +34,12 @@ export interface RecoveryMeasurement {
 
 /** Spawns the doomed worker and resolves once its handler has started (it then holds its claim). */
 const startDoomed = (url: string, leaseMs: number) => {
-  const child = spawn(process.execPath, [...tsNodeArgs(), path.join(root, "bench", "recovery-worker.ts"), url, String(leaseMs)], {
+  const child = spawn(process.execPath, [
+    ...tsNodeArgs(),
+    path.join(root, "bench", "recovery-worker.ts"),
+    url,
+    String(leaseMs)
+  ], {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"]
   })
@@ -73,7 +76,9 @@ export const round = async (url: string, options: RecoveryOptions): Promise<Reco
         }))]),
       ScheduleRetryStrategy.layerDefault
     ).pipe(
-      Layer.provideMerge(PgTransport.layer({ table, transports: { [queue]: { redeliverTimeout: Duration.millis(options.leaseMs) } } })),
+      Layer.provideMerge(
+        PgTransport.layer({ table, transports: { [queue]: { redeliverTimeout: Duration.millis(options.leaseMs) } } })
+      ),
       Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 4 }))
     )
     return await withWorker(layer, { transports: [queue], batchSize: 50, sleep: "60 seconds" }, async () => {

@@ -20,7 +20,11 @@ export const summarize = (values: ReadonlyArray<number>): Summary => {
 /** 58 123 → "58 100"-style grouping with a thin space, rounded to 3 significant digits above 1 000. */
 export const rate = (value: number): string => {
   if (!Number.isFinite(value)) return "–"
-  const rounded = value >= 1000 ? Math.round(value / 10) * 10 : value >= 100 ? Math.round(value) : Number(value.toPrecision(3))
+  const rounded = value >= 1000
+    ? Math.round(value / 10) * 10
+    : value >= 100
+    ? Math.round(value)
+    : Number(value.toPrecision(3))
   return rounded.toLocaleString("en-US").replace(/,/g, " ")
 }
 
@@ -40,6 +44,8 @@ export const table = (
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
   const pad = (cell: string, i: number) => (align[i] === "r" ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!))
   const line = (cells: ReadonlyArray<string>) => `| ${cells.map((c, i) => pad(c, i)).join(" | ")} |`
-  const rule = `|${widths.map((w, i) => (align[i] === "r" ? `${"-".repeat(w + 1)}:` : `${"-".repeat(w + 2)}`)).join("|")}|`
+  const rule = `|${
+    widths.map((w, i) => (align[i] === "r" ? `${"-".repeat(w + 1)}:` : `${"-".repeat(w + 2)}`)).join("|")
+  }|`
   return [line(header), rule, ...rows.map((r) => line(header.map((_, i) => r[i] ?? "")))].join("\n")
 }

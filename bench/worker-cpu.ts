@@ -1,7 +1,7 @@
 /**
  * Profiling aid (not part of `npm run bench`): the worker's own CPU per message, without a database.
- * `Worker.run` consumes 50 000 messages from a stub transport whose claim returns ready rows at once and
- * whose ack does nothing, so what is measured is decoding, handler dispatch and bookkeeping alone.
+ * `Worker.run` consumes 50 000 messages from a stub transport whose session's claim returns ready rows at once
+ * and whose ack does nothing, so what is measured is decoding, handler dispatch and bookkeeping alone.
  *
  *   npx tsx bench/worker-cpu.ts [batch sizes, default 500,500,50,1]
  */
@@ -13,9 +13,9 @@ import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import type { ReceivedMessage } from "../src/domain/Envelope.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
-import { Transport, type TransportShape } from "../src/services/Transport.js"
+import { type Capabilities, type Session, Transport, type TransportShape } from "../src/services/Transport.js"
 import { BenchNoop } from "./common.js"
 
 const messages = 50_000
@@ -23,21 +23,32 @@ const messages = 50_000
 /** Only what `Worker.run` calls on the happy path (a cast keeps this aid compiling as the interface grows). */
 const stub = (rows: ReadonlyArray<ReceivedMessage>): TransportShape => {
   let next = 0
-  return {
-    names: ["outbox", "failed"],
-    lease: () => Option.some(Duration.seconds(30)),
-    failureTransport: () => Option.some("failed"),
-    claim: (_name: string, n: number) =>
+  const capabilities: Capabilities = {
+    leases: true,
+    browsing: false,
+    countsDeliveries: true,
+    stableIds: true,
+    ackWithClaim: true
+  }
+  const session: Session = {
+    transports: ["outbox"],
+    claim: (_name, n) =>
       Effect.sync(() => {
         const batch = rows.slice(next, next + n)
         next += batch.length
-        return batch
+        return { messages: batch, nextDue: Option.none() }
       }),
+    wait: () => Effect.never
+  }
+  return {
+    names: ["outbox", "failed"],
+    capabilities: () => Option.some(capabilities),
+    lease: () => Option.some(Duration.seconds(30)),
+    failureTransport: () => Option.some("failed"),
+    open: () => Effect.succeed(session),
     ack: () => Effect.void,
     keepalive: () => Effect.void,
-    release: () => Effect.void,
-    nextDue: () => Effect.succeed(Option.none()),
-    wakeups: () => Effect.succeed(Effect.never)
+    release: () => Effect.void
   } as unknown as TransportShape
 }
 
@@ -70,6 +81,8 @@ for (const batchSize of (process.argv[2] ?? "500,500,50,1").split(",").map(Numbe
   const ms = performance.now() - t0
   console.log(
     `batch ${String(batchSize).padStart(3)}: ${summary.handled} handled in ${ms.toFixed(0)} ms = ` +
-      `${((ms * 1000) / messages).toFixed(1)} µs/message wall, ${((cpu.user + cpu.system) / messages).toFixed(1)} µs CPU`
+      `${((ms * 1000) / messages).toFixed(1)} µs/message wall, ${
+        ((cpu.user + cpu.system) / messages).toFixed(1)
+      } µs CPU`
   )
 }

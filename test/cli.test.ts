@@ -1,60 +1,63 @@
 /**
  * The real `@effect/cli` command tree against a real PostgreSQL: every command and option.
  */
-import { beforeAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Layer from "effect/Layer"
 import { UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
 import * as Cli from "../src/programs/Cli.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
-import { runCli, spawnScript } from "./support/cli.js"
-import { createDatabase } from "./support/database.js"
-import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
+import { runCli, spawnScript, validationError } from "./support/cli.js"
+import { testDatabase } from "./support/database.js"
+import { outboxStack, uniqueTable } from "./support/harness.js"
 import { OrderPaid, OrderShipped } from "./support/messages.js"
 
-let url = ""
-beforeAll(async () => {
-  url = await createDatabase("cli")
-})
-
-const withPg = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
-  Effect.provide(self, Layer.orDie(pgLayer(url)))
+const db = testDatabase("cli")
+const { withPg } = db
 
 const failure = (result: { readonly exit: Exit.Exit<unknown, unknown> }) =>
-  Exit.isFailure(result.exit) ? String((result.exit.cause as { error?: { message?: string } }).error?.message ?? result.exit.cause) : ""
+  Exit.isFailure(result.exit)
+    ? String((result.exit.cause as { error?: { message?: string } }).error?.message ?? result.exit.cause)
+    : ""
 
 /** Dispatches messages into `table`, then fails every OrderShipped and a share of OrderPaid (ids % 3 === 0). */
 const seedFailures = (table: string, paid: number, shipped: number) =>
-  withPg(Effect.gen(function*() {
-    const outbox = yield* Outbox.Outbox
-    yield* outbox.dispatchAll(Array.from({ length: paid }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
-    yield* outbox.dispatchAll(
-      Array.from({ length: shipped }, (_, i) => new OrderShipped({ orderId: i + 1, carrier: "ups" }))
-    )
-    yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })
-  }).pipe(Effect.provide(outboxStack({
-    table,
-    handlers: [
-      Handlers.handler(OrderPaid, (m) =>
-        m.orderId % 3 === 0 ? Effect.fail(new UnrecoverableMessageHandlingError({ message: `bad order ${m.orderId}` })) : Effect.void),
-      Handlers.handler(OrderShipped, () => Effect.die(new Error("carrier API exploded")))
-    ],
-    retry: { default: { maxRetries: 0 } }
-  }))))
+  withPg(
+    Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      yield* outbox.dispatchAll(Array.from({ length: paid }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+      yield* outbox.dispatchAll(
+        Array.from({ length: shipped }, (_, i) => new OrderShipped({ orderId: i + 1, carrier: "ups" }))
+      )
+      yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })
+    }).pipe(Effect.provide(outboxStack({
+      table,
+      handlers: [
+        Handlers.handler(OrderPaid, (m) =>
+          m.orderId % 3 === 0
+            ? Effect.fail(new UnrecoverableMessageHandlingError({ message: `bad order ${m.orderId}` }))
+            : Effect.void),
+        Handlers.handler(OrderShipped, () => Effect.die(new Error("carrier API exploded")))
+      ],
+      retry: { default: { maxRetries: 0 } }
+    })))
+  )
 
 const rows = (table: string) =>
-  withPg(Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ id: string; queue_name: string; message_id: string; headers: string; ready: boolean }>`
+  withPg(
+    Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql<{ id: string; queue_name: string; message_id: string; headers: string; ready: boolean }>`
       SELECT id::text, queue_name, message_id::text, headers, available_at <= now() AS ready
-      FROM ${sql(table)} ORDER BY id`))
+      FROM ${sql(table)} ORDER BY id`)
+  )
 
 describe("outbox command line", () => {
   it.live("setup-transports is idempotent and says what it did", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_setup")
       const cli = Cli.make({ transport: { table } })
       const first = yield* runCli(cli, ["setup-transports", "--dsn", url])
@@ -68,19 +71,36 @@ describe("outbox command line", () => {
 
   it.live("consume honours --limit, --batch-size, --concurrency and -v", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_consume")
-      yield* withPg(Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        yield* outbox.dispatchAll(Array.from({ length: 6 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
-      }).pipe(Effect.provide(outboxStack({ table, handlers: [] }))))
+      yield* withPg(
+        Effect.gen(function*() {
+          const outbox = yield* Outbox.Outbox
+          yield* outbox.dispatchAll(Array.from({ length: 6 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+        }).pipe(Effect.provide(outboxStack({ table, handlers: [] })))
+      )
       const seen: Array<number> = []
       const app = Cli.make({
         transport: { table },
         handlers: Handlers.layer([Handlers.handler(OrderPaid, (m) => Effect.sync(() => seen.push(m.orderId)))])
       })
-      const run = yield* runCli(app, ["consume", "outbox", "--dsn", url, "--limit", "4", "--batch-size", "3", "--concurrency", "2", "--sleep", "0.05", "-v"])
+      const run = yield* runCli(app, [
+        "consume",
+        "outbox",
+        "--dsn",
+        url,
+        "--limit",
+        "4",
+        "--batch-size",
+        "3",
+        "--concurrency",
+        "2",
+        "--sleep",
+        "0.05",
+        "-v"
+      ])
       expect(Exit.isSuccess(run.exit)).toBe(true)
-      expect([...seen].sort()).toEqual([1, 2, 3, 4])
+      expect([...seen].sort((a, b) => a - b)).toEqual([1, 2, 3, 4])
       const lines = run.stdout.split("\n").filter((l) => / OrderPaid handled \d+ms$/.test(l))
       expect(lines.length).toBe(4)
       expect(lines[0]).toMatch(/^[0-9a-f-]{36} OrderPaid handled \d+ms$/)
@@ -88,13 +108,16 @@ describe("outbox command line", () => {
       expect((yield* rows(table)).length).toBe(2)
     }))
 
-  it.live("consume stops on --failure-limit, --time-limit and --memory-limit, and validates option values", () =>
+  it.live("consume stops on --failure-limit and --memory-limit, and validates option values", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_limits")
-      yield* withPg(Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        yield* outbox.dispatchAll(Array.from({ length: 5 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
-      }).pipe(Effect.provide(outboxStack({ table, handlers: [] }))))
+      yield* withPg(
+        Effect.gen(function*() {
+          const outbox = yield* Outbox.Outbox
+          yield* outbox.dispatchAll(Array.from({ length: 5 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+        }).pipe(Effect.provide(outboxStack({ table, handlers: [] })))
+      )
       const app = Cli.make({
         transport: { table },
         handlers: Handlers.layer([Handlers.handler(OrderPaid, () => Effect.fail("nope"))])
@@ -103,19 +126,48 @@ describe("outbox command line", () => {
       expect(failing.stdout).toContain("Worker stopped (failure-limit): handled 0, retried 2, failed 0.")
       const memory = yield* runCli(app, ["consume", "outbox", "--dsn", url, "--memory-limit", "1K"])
       expect(memory.stdout).toContain("Worker stopped (memory-limit): handled 0, retried 0, failed 0.")
-      // Everything left is delayed by its retry, or was already consumed: the idle worker stops on time.
-      const timed = yield* runCli(app, ["consume", "outbox", "--dsn", url, "--time-limit", "1", "--sleep", "5", "--limit", "3"])
-      expect(timed.stdout).toMatch(/Worker stopped \((time-limit|limit)\)/)
-      for (const bad of [["--limit", "0"], ["--memory-limit", "12X"], ["--batch-size", "-1"], ["--time-limit", "abc"]]) {
+      for (
+        const [bad, names] of [
+          [["--limit", "0"], "--limit must be > 0, got 0"],
+          [["--memory-limit", "12X"], "--memory-limit: expected a size such as 128M, got 12X"],
+          [["--batch-size", "-1"], "--batch-size must be > 0, got -1"],
+          // @effect/cli's own integer parser names the value, not the option
+          [["--time-limit", "abc"], "'abc' is not a integer"]
+        ] as const
+      ) {
         const result = yield* runCli(app, ["consume", "outbox", "--dsn", url, ...bad])
-        expect(Exit.isFailure(result.exit)).toBe(true)
+        expect(validationError(result), bad.join(" ")).toContain(names)
       }
       const unknown = yield* runCli(app, ["consume", "nowhere", "--dsn", url])
       expect(failure(unknown)).toContain(`The "nowhere" transport does not exist`)
     }))
 
+  it.live("consume --time-limit stops an idle worker on time, cutting its poll interval short", () =>
+    Effect.gen(function*() {
+      const url = db.url
+      const table = uniqueTable("cli_time_limit")
+      // Nothing is ready for an hour and there is no other limit: only the time limit can stop this worker.
+      yield* withPg(
+        Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }), { delay: "1 hour" }).pipe(
+          Effect.provide(outboxStack({ table, handlers: [] }))
+        )
+      )
+      const app = Cli.make({
+        transport: { table },
+        handlers: Handlers.layer([Handlers.handler(OrderPaid, () => Effect.void)])
+      })
+      const started = Date.now()
+      const timed = yield* runCli(app, ["consume", "outbox", "--dsn", url, "--time-limit", "1", "--sleep", "30"])
+      const elapsed = Date.now() - started
+      expect(timed.stdout).toContain("Worker stopped (time-limit): handled 0, retried 0, failed 0.")
+      expect(elapsed).toBeGreaterThanOrEqual(1_000) // not before the limit
+      expect(elapsed).toBeLessThan(20_000) // and not after the 30 s idle wait: the limit cut it short
+      expect((yield* rows(table)).length).toBe(1)
+    }))
+
   it.live("failed:show lists, filters, counts and details failed messages (text and json)", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_show")
       yield* seedFailures(table, 7, 2)
       const cli = Cli.make({ transport: { table } })
@@ -126,7 +178,15 @@ describe("outbox command line", () => {
       expect(list.stdout).toMatch(/OrderShipped\s+\| \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \| Error: carrier API exploded/)
       const max = yield* runCli(cli, ["failed:show", "--dsn", url, "--max", "1"])
       expect(max.stdout).toContain("Showing first 1 messages.")
-      const filtered = yield* runCli(cli, ["failed:show", "--dsn", url, "--class-filter", "OrderShipped", "--format", "json"])
+      const filtered = yield* runCli(cli, [
+        "failed:show",
+        "--dsn",
+        url,
+        "--class-filter",
+        "OrderShipped",
+        "--format",
+        "json"
+      ])
       const json = JSON.parse(filtered.stdout) as Array<{ type: string; messageId: string; originalTransport: string }>
       expect(json.map((m) => m.type)).toEqual(["OrderShipped", "OrderShipped"])
       expect(json[0]!.originalTransport).toBe("outbox")
@@ -142,7 +202,9 @@ describe("outbox command line", () => {
       const verbose = yield* runCli(cli, ["failed:show", id, "--dsn", url, "-v"])
       expect(verbose.stdout).toContain("carrier API exploded")
       expect(verbose.stdout).toContain(`"carrier": "ups"`)
-      const detailJson = JSON.parse((yield* runCli(cli, ["failed:show", id, "--dsn", url, "--format", "json", "-v"])).stdout)
+      const detailJson = JSON.parse(
+        (yield* runCli(cli, ["failed:show", id, "--dsn", url, "--format", "json", "-v"])).stdout
+      )
       expect(detailJson).toMatchObject({ id, type: "OrderShipped", errorTag: "Error", body: { _tag: "OrderShipped" } })
       const missing = yield* runCli(cli, ["failed:show", "999999", "--dsn", url])
       expect(failure(missing)).toContain(`The message "999999" was not found`)
@@ -150,6 +212,7 @@ describe("outbox command line", () => {
 
   it.live("failed:retry sends messages back ready now with the same message id, and only failed ones", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_retry")
       yield* seedFailures(table, 4, 2)
       const cli = Cli.make({ transport: { table } })
@@ -165,7 +228,15 @@ describe("outbox command line", () => {
       // Not in the failure queue any more: refused, nothing touched.
       const again = yield* runCli(cli, ["failed:retry", failedPaid.id, "--force", "--dsn", url])
       expect(failure(again)).toContain(`Not in the "failed" transport: "${failedPaid.id}"`)
-      const all = yield* runCli(cli, ["failed:retry", "--all", "--class-filter", "OrderShipped", "--force", "--dsn", url])
+      const all = yield* runCli(cli, [
+        "failed:retry",
+        "--all",
+        "--class-filter",
+        "OrderShipped",
+        "--force",
+        "--dsn",
+        url
+      ])
       expect(all.stdout).toContain("2 message(s) will be retried")
       expect((yield* rows(table)).filter((r) => r.queue_name === "failed").length).toBe(0)
       const both = yield* runCli(cli, ["failed:retry", "1", "--all", "--force", "--dsn", url])
@@ -176,11 +247,14 @@ describe("outbox command line", () => {
 
   it.live("failed:remove deletes chosen or all (by type) failed messages, never others", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_remove")
       yield* seedFailures(table, 6, 2)
-      yield* withPg(Outbox.dispatch(new OrderPaid({ orderId: 99, amount: 1 })).pipe(
-        Effect.provide(outboxStack({ table, handlers: [] }))
-      ))
+      yield* withPg(
+        Outbox.dispatch(new OrderPaid({ orderId: 99, amount: 1 })).pipe(
+          Effect.provide(outboxStack({ table, handlers: [] }))
+        )
+      )
       const cli = Cli.make({ transport: { table } })
       const all = yield* rows(table)
       const pending = all.find((r) => r.queue_name === "outbox")!
@@ -189,7 +263,15 @@ describe("outbox command line", () => {
       const failed = all.filter((r) => r.queue_name === "failed")
       const one = yield* runCli(cli, ["failed:remove", failed[0]!.id, "--force", "--dsn", url])
       expect(one.stdout).toContain("[OK] 1 message(s) removed.")
-      const typed = yield* runCli(cli, ["failed:remove", "--all", "--class-filter", "OrderShipped", "--force", "--dsn", url])
+      const typed = yield* runCli(cli, [
+        "failed:remove",
+        "--all",
+        "--class-filter",
+        "OrderShipped",
+        "--force",
+        "--dsn",
+        url
+      ])
       expect(typed.stdout).toContain("[OK] 2 message(s) removed.")
       const rest = yield* runCli(cli, ["failed:remove", "--all", "--force", "--dsn", url])
       expect(rest.stdout).toContain("[OK] 1 message(s) removed.")
@@ -198,34 +280,48 @@ describe("outbox command line", () => {
 
   it.live("stats shows ready, delayed, in flight, failed and the oldest ready age (text and json)", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_stats")
       yield* seedFailures(table, 3, 0)
-      yield* withPg(Effect.gen(function*() {
-        yield* Outbox.dispatch(new OrderPaid({ orderId: 10, amount: 1 }))
-        yield* Outbox.dispatch(new OrderPaid({ orderId: 11, amount: 1 }), { delay: "1 hour" })
-      }).pipe(Effect.provide(outboxStack({ table, handlers: [] }))))
+      yield* withPg(
+        Effect.gen(function*() {
+          yield* Outbox.dispatch(new OrderPaid({ orderId: 10, amount: 1 }))
+          yield* Outbox.dispatch(new OrderPaid({ orderId: 11, amount: 1 }), { delay: "1 hour" })
+        }).pipe(Effect.provide(outboxStack({ table, handlers: [] })))
+      )
       const cli = Cli.make({ transport: { table } })
       const text = yield* runCli(cli, ["stats", "--dsn", url])
-      expect(text.stdout).toMatch(/Transport\s+\| Queue\s+\| Ready\s+\| Delayed\s+\| In flight\s+\| Failed\s+\| Oldest ready/)
+      expect(text.stdout).toMatch(
+        /Transport\s+\| Queue\s+\| Ready\s+\| Delayed\s+\| In flight\s+\| Failed\s+\| Oldest ready/
+      )
       expect(text.stdout).toMatch(/outbox\s+\| outbox\s+\| 1\s+\| 1\s+\| 0\s+\| 1\s+\| \d/)
       const json = JSON.parse((yield* runCli(cli, ["stats", "outbox", "--format", "json", "--dsn", url])).stdout)
       expect(json.transports.outbox).toMatchObject({ queue: "outbox", ready: 1, delayed: 1, inFlight: 0, failed: 1 })
       expect(json.transports.outbox.oldestReadyAgeMs).toBeGreaterThanOrEqual(0)
     }))
 
-  it.live("an unreachable database is one line on stderr and exit code 1, from the real binary", () =>
-    Effect.gen(function*() {
-      const proc = spawnScript("src/programs/outbox-main.ts", ["stats", "--dsn", "postgres://nobody:x@127.0.0.1:1/none"], {})
-      const { code } = yield* Effect.promise(() => proc.exited)
-      expect(code).toBe(1)
-      const stderr = proc.stderr.join("").trim()
-      expect(stderr.split("\n").length).toBe(1)
-      expect(stderr).toMatch(/^error: Cannot connect to PostgreSQL/)
-      const setup = spawnScript("src/programs/outbox-main.ts", ["setup-transports"], { DATABASE_URL: url })
-      expect((yield* Effect.promise(() => setup.exited)).code).toBe(0)
-      expect(setup.lines.join("\n")).toContain(`[OK] The "outbox" transport was set up successfully.`)
-      const missing = spawnScript("src/programs/outbox-main.ts", ["failed:show", "123"], { DATABASE_URL: url })
-      expect((yield* Effect.promise(() => missing.exited)).code).toBe(1)
-      expect(missing.stderr.join("").trim()).toMatch(/^error: .*"123" was not found/)
-    }), 60_000)
+  it.live(
+    "an unreachable database is one line on stderr and exit code 1, from the real binary",
+    () =>
+      Effect.gen(function*() {
+        const url = db.url
+        const proc = spawnScript("src/programs/outbox-main.ts", [
+          "stats",
+          "--dsn",
+          "postgres://nobody:x@127.0.0.1:1/none"
+        ], {})
+        const { code } = yield* Effect.promise(() => proc.exited)
+        expect(code).toBe(1)
+        const stderr = proc.stderr.join("").trim()
+        expect(stderr.split("\n").length).toBe(1)
+        expect(stderr).toMatch(/^error: Cannot connect to PostgreSQL/)
+        const setup = spawnScript("src/programs/outbox-main.ts", ["setup-transports"], { DATABASE_URL: url })
+        expect((yield* Effect.promise(() => setup.exited)).code).toBe(0)
+        expect(setup.lines.join("\n")).toContain(`[OK] The "outbox" transport was set up successfully.`)
+        const missing = spawnScript("src/programs/outbox-main.ts", ["failed:show", "123"], { DATABASE_URL: url })
+        expect((yield* Effect.promise(() => missing.exited)).code).toBe(1)
+        expect(missing.stderr.join("").trim()).toMatch(/^error: .*"123" was not found/)
+      }),
+    60_000
+  )
 })

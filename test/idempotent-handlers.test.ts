@@ -1,8 +1,8 @@
 /**
  * Idempotency wired in: the handler option, the worker's retention job, the command line.
  */
-import { beforeAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -13,21 +13,16 @@ import * as MemoryTransport from "../src/layers/MemoryTransport.js"
 import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as Cli from "../src/programs/Cli.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
-import { runCli } from "./support/cli.js"
-import { createDatabase, query } from "./support/database.js"
-import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
+import { runCli, validationError } from "./support/cli.js"
+import { query, testDatabase } from "./support/database.js"
+import { outboxStack, uniqueTable } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
 
-let url = ""
-beforeAll(async () => {
-  url = await createDatabase("idem_wiring")
-})
-
-const withPg = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
-  Effect.provide(self, Layer.orDie(pgLayer(url)))
+const db = testDatabase("idem_wiring")
+const { withPg } = db
 
 describe("idempotent handlers", () => {
   it.live("{ idempotent: true } runs a handler's effect once per message; two consumers each run once", () =>
@@ -66,9 +61,11 @@ describe("idempotent handlers", () => {
       const options: Handlers.HandlerOptions = { idempotent: true }
       const error = yield* Effect.flip(Handlers.make([Handlers.handler(OrderPaid, () => Effect.void, options)]))
       expect(error.message).toContain("no IdempotencyStore")
-      const badName = yield* Effect.flip(Handlers.make([
-        Handlers.handler(OrderPaid, () => Effect.void, { idempotent: "x".repeat(300) })
-      ]).pipe(Effect.provide(MemoryIdempotencyStore.layer())))
+      const badName = yield* Effect.flip(
+        Handlers.make([
+          Handlers.handler(OrderPaid, () => Effect.void, { idempotent: "x".repeat(300) })
+        ]).pipe(Effect.provide(MemoryIdempotencyStore.layer()))
+      )
       expect(badName._tag).toBe("OutboxConfigError")
     }))
 })
@@ -103,6 +100,7 @@ describe("the worker's retention job", () => {
 describe("idempotency on the command line", () => {
   it.live("setup-transports creates the store; idempotency:purge deletes only old records, in batches", () =>
     Effect.gen(function*() {
+      const url = db.url
       const table = uniqueTable("cli_idem_outbox")
       const store = uniqueTable("cli_idem")
       const cli = Cli.make({ transport: { table }, idempotency: { table: store } })
@@ -110,14 +108,25 @@ describe("idempotency on the command line", () => {
       expect(setup.stdout).toContain("idempotency 1_")
       expect(setup.stdout).toContain("[OK] The idempotency store was set up successfully.")
       yield* Effect.promise(() =>
-        query(url, `INSERT INTO ${store} (message_id, consumer, processed_at)
-          SELECT gen_random_uuid(), 'c', now() - (g || ' days')::interval FROM generate_series(1, 25) g`)
+        query(
+          url,
+          `INSERT INTO ${store} (message_id, consumer, processed_at)
+          SELECT gen_random_uuid(), 'c', now() - (g || ' days')::interval FROM generate_series(1, 25) g`
+        )
       )
-      const purge = yield* runCli(cli, ["idempotency:purge", "--older-than", "10.5d", "--batch-size", "4", "--dsn", url])
+      const purge = yield* runCli(cli, [
+        "idempotency:purge",
+        "--older-than",
+        "10.5d",
+        "--batch-size",
+        "4",
+        "--dsn",
+        url
+      ])
       expect(purge.stdout).toContain("[OK] Deleted 15 record(s) older than 10d12h in 4 batch(es).")
       const left = yield* Effect.promise(() => query<{ n: number }>(url, `SELECT count(*)::int AS n FROM ${store}`))
       expect(left[0]!.n).toBe(10)
       const bad = yield* runCli(cli, ["idempotency:purge", "--older-than", "soon", "--dsn", url])
-      expect(bad.exit._tag).toBe("Failure")
+      expect(validationError(bad)).toContain("--older-than: expected a duration such as 30d, got soon")
     }))
 })

@@ -10,7 +10,7 @@ import * as TestClock from "effect/TestClock"
 import { UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
 import * as MemoryTransport from "../src/layers/MemoryTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { OrderPaid, OrderShipped } from "./support/messages.js"
@@ -32,7 +32,9 @@ describe("in-memory layers", () => {
         expect(yield* drain).toMatchObject({ handled: 2, retried: 0, failed: 0 })
         const memory = yield* MemoryTransport.MemoryTransport
         expect(yield* memory.messages).toEqual([])
-      }).pipe(Effect.provide(memoryStack([Handlers.handler(OrderPaid, (m) => Effect.sync(() => seen.push(m.orderId)))])))
+      }).pipe(
+        Effect.provide(memoryStack([Handlers.handler(OrderPaid, (m) => Effect.sync(() => seen.push(m.orderId)))]))
+      )
       expect(seen).toEqual([1, 2])
     }))
 

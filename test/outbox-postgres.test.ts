@@ -2,27 +2,19 @@
  * The whole message path against a real PostgreSQL: dispatch in the business transaction, claim,
  * typed handlers, ack / retry / failure queue.
  */
-import { beforeAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import { RecoverableMessageHandlingError, UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
-import * as Worker from "../src/programs/Worker.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
-import { createDatabase } from "./support/database.js"
-import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
+import { testDatabase } from "./support/database.js"
+import { outboxStack, uniqueTable } from "./support/harness.js"
 import { OrderPaid, OrderShipped } from "./support/messages.js"
 
-let url = ""
-beforeAll(async () => {
-  url = await createDatabase("outbox")
-})
-
-/** Runs an effect with a PgClient on the test database. */
-const withPg = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
-  Effect.provide(self, Layer.orDie(pgLayer(url)))
+const { withPg } = testDatabase("outbox")
 
 const drain = (options: Partial<Worker.WorkerOptions> = {}) =>
   Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis", ...options })
@@ -110,7 +102,8 @@ describe("outbox on PostgreSQL", () => {
         const outbox = yield* Outbox.Outbox
         for (let start = 0; start < total; start += 250) {
           yield* sql.withTransaction(outbox.dispatchAll(
-            Array.from({ length: 250 }, (_, i) => new OrderPaid({ orderId: start + i, amount: 1 }))
+            Array.from({ length: 250 }, (_, i) =>
+              new OrderPaid({ orderId: start + i, amount: 1 }))
           ))
         }
         const summaries = yield* Effect.all(
@@ -172,7 +165,13 @@ describe("outbox on PostgreSQL", () => {
         expect(headers.errorDetails.tag).toBe("Error")
         expect(headers.errorDetails.message).toBe("payment gateway down")
         expect(headers.redeliveries.map((r: { retryCount: number }) => r.retryCount)).toEqual([1, 2, 3, 4, 5])
-        expect(headers.redeliveries.map((r: { delayMs: number }) => r.delayMs)).toEqual([1000, 3000, 9000, 27000, 81000])
+        expect(headers.redeliveries.map((r: { delayMs: number }) => r.delayMs)).toEqual([
+          1000,
+          3000,
+          9000,
+          27000,
+          81000
+        ])
         expect(calls).toBe(6)
         // The failure queue is not consumed by the outbox worker.
         yield* makeDue(table)
@@ -224,7 +223,10 @@ describe("outbox on PostgreSQL", () => {
         expect(row!.queue_name).toBe("failed")
         expect(row!.message_id).toBe(id)
         const headers = JSON.parse(row!.headers)
-        expect(headers.errorDetails).toMatchObject({ tag: "UnrecoverableMessageHandlingError", message: "negative amount" })
+        expect(headers.errorDetails).toMatchObject({
+          tag: "UnrecoverableMessageHandlingError",
+          message: "negative amount"
+        })
         expect(headers.redeliveries).toBeUndefined()
         expect(calls).toBe(1)
       }).pipe(Effect.provide(outboxStack({
@@ -247,7 +249,10 @@ describe("outbox on PostgreSQL", () => {
         expect(headers.redeliveries[0]).toMatchObject({ retryCount: 1, errorTag: "TypeError", errorMessage: "bad" })
       }).pipe(Effect.provide(outboxStack({
         table,
-        handlers: [Handlers.handler(OrderPaid, () => Effect.sync(() => { throw new TypeError("bad") }))]
+        handlers: [Handlers.handler(OrderPaid, () =>
+          Effect.sync(() => {
+            throw new TypeError("bad")
+          }))]
       })))
     })))
 

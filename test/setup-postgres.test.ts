@@ -1,32 +1,29 @@
 /**
  * Explicit, idempotent, versioned setup of the PostgreSQL transport; validated identifiers.
  */
-import { beforeAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as MessageId from "../src/domain/MessageId.js"
+import { claimCall } from "../src/layers/pg/sql/transport.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
-import { createDatabase } from "./support/database.js"
-import { pgLayer, uniqueTable } from "./support/harness.js"
+import { testDatabase } from "./support/database.js"
+import { claimWith, uniqueTable } from "./support/harness.js"
 
-let url = ""
-beforeAll(async () => {
-  url = await createDatabase("setup")
-})
-
-const withPg = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
-  Effect.provide(self, Layer.orDie(pgLayer(url)))
+const { withPg } = testDatabase("setup")
 
 const message = () => ({ messageId: MessageId.make(), type: "T", body: "{}", headers: `{"type":"T"}`, delayMs: 0 })
 
 describe("PostgreSQL setup", () => {
-  it.live("creates nothing implicitly: without setup a send fails with a typed TransportError", () =>
+  it.live("creates nothing implicitly: without setup a send fails with a typed StorageNotReadyError", () =>
     withPg(Effect.gen(function*() {
-      const transport = yield* PgTransport.make({ table: uniqueTable("nosetup") })
+      const table = uniqueTable("nosetup")
+      const transport = yield* PgTransport.make({ table })
       const error = yield* Effect.flip(transport.send("outbox", [message()]))
-      expect(error._tag).toBe("TransportError")
+      expect(error._tag).toBe("StorageNotReadyError")
       expect(error.message).toContain("does not exist")
+      expect(error.message).toContain("outbox setup-transports")
+      expect(error._tag === "StorageNotReadyError" && error.storage).toBe(table)
     })))
 
   it.live("is idempotent and versioned, with the Symfony columns plus message_id", () =>
@@ -50,7 +47,15 @@ describe("PostgreSQL setup", () => {
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
         WHERE table_name = ${table} ORDER BY ordinal_position`
       expect(columns.map((c) => c.column_name)).toEqual([
-        "id", "message_id", "body", "headers", "queue_name", "created_at", "available_at", "delivered_at", "delivery_count"
+        "id",
+        "message_id",
+        "body",
+        "headers",
+        "queue_name",
+        "created_at",
+        "available_at",
+        "delivered_at",
+        "delivery_count"
       ])
       expect(columns.find((c) => c.column_name === "message_id")!.data_type).toBe("uuid")
       expect(columns.find((c) => c.column_name === "delivered_at")!.is_nullable).toBe("YES")
@@ -67,14 +72,15 @@ describe("PostgreSQL setup", () => {
       yield* transport.send("outbox", [message(), message()])
       // Inside a caller's transaction the claim keeps the caller's durability.
       const inside = yield* sql.withTransaction(Effect.gen(function*() {
-        const claimed = yield* transport.claim("outbox", 1)
+        const claimed = yield* claimWith(transport, "outbox", 1)
         const [setting] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
         return { claimed: claimed.length, value: setting!.value }
       }))
       expect(inside).toEqual({ claimed: 1, value: "on" })
-      // Asked for it, the function relaxes the commit of its own transaction only.
+      // Asked for it ($5, as a worker's session sends the call), the function relaxes the commit of its own
+      // transaction only.
       const relaxed = yield* sql.withTransaction(Effect.gen(function*() {
-        yield* sql`SELECT * FROM ${sql(PgTransport.claimFunction(table))}('outbox', 30000, 1, '{}'::bigint[], true)`
+        yield* sql.unsafe(claimCall(table), ["outbox", 30000, 1, [], true])
         const [setting] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
         return setting!.value
       }))
@@ -82,8 +88,7 @@ describe("PostgreSQL setup", () => {
       const [after] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
       expect(after!.value).toBe("on")
       // Both claims committed: nothing is left to claim.
-      const [first] = yield* transport.claim("outbox", 10)
-      expect(first).toBeUndefined()
+      expect(yield* claimWith(transport, "outbox", 10)).toEqual([])
     })))
 
   it.live("works in another schema: table, claim function and claims", () =>
@@ -95,8 +100,9 @@ describe("PostgreSQL setup", () => {
       const transport = yield* PgTransport.make({ table })
       yield* transport.setup
       yield* transport.send("outbox", [message(), message()])
-      const [first] = yield* transport.claim("outbox", 1)
-      const [second] = yield* transport.ackAndClaim!("outbox", [first!.id], 1)
+      const [first] = yield* claimWith(transport, "outbox", 1)
+      // The ack rides on the next claim: first is deleted, second leased, in one call.
+      const [second] = yield* claimWith(transport, "outbox", 1, [first!.id])
       expect(second!.id).not.toBe(first!.id)
       const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`
       expect(left[0]!.n).toBe(1)
@@ -115,7 +121,7 @@ describe("PostgreSQL setup", () => {
         VALUES ('{}', '[]', 'default', (now() AT TIME ZONE 'UTC')::timestamp(0), '2026-01-01 12:00:00')`
       const transport = yield* PgTransport.make({ table, autoSetup: true })
       yield* transport.send("outbox", [message()])
-      expect((yield* transport.claim("outbox", 5)).length).toBe(1)
+      expect((yield* claimWith(transport, "outbox", 5)).length).toBe(1)
       const [old] = yield* sql<{ available_at: Date; message_id: string }>`
         SELECT available_at, message_id::text FROM ${sql(table)} WHERE queue_name = 'default'`
       expect(old!.available_at.toISOString()).toBe("2026-01-01T12:00:00.000Z")

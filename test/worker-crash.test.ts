@@ -1,185 +1,212 @@
 /**
  * Crash recovery against a real PostgreSQL and a real worker process killed with SIGKILL.
  */
-import { beforeAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { spawn } from "node:child_process"
-import * as readline from "node:readline"
-import * as Worker from "../src/programs/Worker.js"
+import * as PgSession from "../src/layers/pg/PgSession.js"
+import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
-import { createDatabase } from "./support/database.js"
-import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
+import { spawnScript } from "./support/cli.js"
+import { testDatabase } from "./support/database.js"
+import { outboxStack, uniqueTable, workerConnections } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
 
-let url = ""
-beforeAll(async () => {
-  url = await createDatabase("crash")
-})
-
-const withPg = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
-  Effect.provide(self, Layer.orDie(pgLayer(url)))
+const db = testDatabase("crash")
+const { withPg } = db
 
 /** Starts the hanging worker and resolves with the process once its handler has started a message. */
 const startHangingWorker = (table: string, leaseMs: number) =>
-  Effect.async<{ readonly pid: number; readonly messageId: string; readonly exited: Promise<number | null> }, Error>(
-    (resume) => {
-      const child = spawn(process.execPath, ["--import", "tsx", "test/fixtures/hanging-worker.ts", url, table, String(leaseMs)], {
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      const exited = new Promise<number | null>((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? -1 : null))))
-      readline.createInterface({ input: child.stdout! }).on("line", (line) => {
-        const match = /^STARTED (\S+)/.exec(line)
-        if (match) resume(Effect.succeed({ pid: child.pid!, messageId: match[1]!, exited }))
-      })
-      child.on("error", (error) => resume(Effect.fail(error)))
-      return Effect.sync(() => child.kill("SIGKILL"))
-    }
+  Effect.acquireRelease(
+    Effect.sync(() => spawnScript("test/fixtures/hanging-worker.ts", [db.url, table, String(leaseMs)], {})),
+    (proc) => Effect.sync(() => proc.kill("SIGKILL"))
+  ).pipe(
+    Effect.flatMap((proc) =>
+      Effect.map(Effect.promise(() => proc.waitFor(/^STARTED \S+/)), (line) => ({
+        proc,
+        messageId: line.slice("STARTED ".length)
+      }))
+    )
   )
 
 describe("crash recovery", () => {
-  it.live("a message held by a worker killed with SIGKILL is redelivered after redeliverTimeout, nothing lost", () =>
-    withPg(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const table = uniqueTable("crash")
-      const lease = 5_000
-      const handled: Array<string> = []
-      const stack = outboxStack({
-        table,
-        transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
-        handlers: [Handlers.handler(OrderPaid, (_m, envelope) => Effect.sync(() => handled.push(envelope.messageId)))]
-      })
-      yield* Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        const ids = yield* outbox.dispatchAll([1, 2, 3].map((orderId) => new OrderPaid({ orderId, amount: 1 })))
-        const worker = yield* startHangingWorker(table, lease)
-        expect(worker.messageId).toBe(ids[0])
-        process.kill(worker.pid, "SIGKILL")
-        expect(yield* Effect.promise(() => worker.exited)).toBe(-1)
+  it.live(
+    "a message held by a worker killed with SIGKILL is redelivered after redeliverTimeout, nothing lost",
+    () =>
+      withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("crash")
+        const lease = 5_000
+        const handled: Array<string> = []
+        const stack = outboxStack({
+          table,
+          transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
+          handlers: [Handlers.handler(OrderPaid, (_m, envelope) => Effect.sync(() => handled.push(envelope.messageId)))]
+        })
+        yield* Effect.gen(function*() {
+          const outbox = yield* Outbox.Outbox
+          const ids = yield* outbox.dispatchAll([1, 2, 3].map((orderId) => new OrderPaid({ orderId, amount: 1 })))
+          const worker = yield* startHangingWorker(table, lease)
+          expect(worker.messageId).toBe(ids[0])
+          worker.proc.kill("SIGKILL")
+          expect(yield* Effect.promise(() => worker.proc.exited)).toEqual({ code: null, signal: "SIGKILL" })
 
-        // The dead worker's claim still holds all three messages: nothing is claimable yet.
-        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 0, retried: 0, failed: 0 })
-        const held = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE delivered_at IS NOT NULL`
-        expect(held[0]!.n).toBe(3)
+          // The dead worker's claim still holds all three messages: nothing is claimable yet.
+          expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({
+            handled: 0,
+            retried: 0,
+            failed: 0
+          })
+          const held = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${
+            sql(table)
+          } WHERE delivered_at IS NOT NULL`
+          expect(held[0]!.n).toBe(3)
 
-        // Fake the passage of one lease.
-        yield* sql`UPDATE ${sql(table)} SET delivered_at = delivered_at - ${lease + 100}::float8 * interval '1 millisecond'`
-        expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 3, retried: 0, failed: 0 })
-        expect(handled).toEqual(ids)
-        const left = yield* sql`SELECT 1 FROM ${sql(table)}`
-        expect(left.length).toBe(0)
-      }).pipe(Effect.provide(stack))
-    })), 60_000)
+          // Fake the passage of one lease.
+          yield* sql`UPDATE ${sql(table)} SET delivered_at = delivered_at - ${
+            lease + 100
+          }::float8 * interval '1 millisecond'`
+          expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({
+            handled: 3,
+            retried: 0,
+            failed: 0
+          })
+          expect(handled).toEqual(ids)
+          const left = yield* sql`SELECT 1 FROM ${sql(table)}`
+          expect(left.length).toBe(0)
+        }).pipe(Effect.provide(stack), Effect.scoped)
+      })),
+    60_000
+  )
 
-  it.live("a healthy handler running several leases long is never redelivered (lease heartbeat)", () =>
-    withPg(Effect.gen(function*() {
-      const table = uniqueTable("heartbeat")
-      const lease = 600
-      let calls = 0
-      const stack = outboxStack({
-        table,
-        transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
-        handlers: [Handlers.handler(OrderPaid, () =>
-          Effect.sync(() => calls++).pipe(Effect.zipRight(Effect.sleep(Duration.millis(lease * 4)))))]
-      })
-      yield* Effect.gen(function*() {
-        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }))
-        yield* Outbox.dispatch(new OrderPaid({ orderId: 2, amount: 1 }))
-        const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
-        // A second worker polls all along; it must never get either message (the second one waits in the batch).
-        const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
-          Effect.timeout(Duration.millis(lease * 7)),
-          Effect.option
-        )
-        expect(rival._tag).toBe("None")
-        expect(yield* slow.await.pipe(Effect.flatten)).toMatchObject({ handled: 2, retried: 0, failed: 0 })
-        expect(calls).toBe(2)
-      }).pipe(Effect.provide(stack))
-    })), 60_000)
-
-  it.live("the next batch, claimed while one runs, is leased and renewed like it; a rival never gets it", () =>
-    withPg(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const table = uniqueTable("prefetch")
-      const lease = 600
-      const started = yield* Deferred.make<void>()
-      const handled: Array<number> = []
-      const stack = outboxStack({
-        table,
-        transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
-        handlers: [Handlers.handler(OrderPaid, (paid) =>
-          Effect.gen(function*() {
-            if (paid.orderId === 1) {
-              yield* Deferred.succeed(started, undefined)
-              yield* Effect.sleep(Duration.millis(lease * 4))
-            }
-            handled.push(paid.orderId)
-          }))]
-      })
-      yield* Effect.gen(function*() {
-        yield* (yield* Outbox.Outbox).dispatchAll([1, 2, 3, 4].map((orderId) => new OrderPaid({ orderId, amount: 1 })))
-        const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
-        yield* Deferred.await(started).pipe(
-          Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the first handler never started") })
-        )
-        // The batch [1, 2] runs and [3, 4] is already claimed.
-        const leased = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)} WHERE delivered_at IS NOT NULL`
-        expect(leased[0]!.n).toBe(4)
-        const rivalStarted = Date.now()
-        const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
-          Effect.timeout(Duration.millis(lease * 3)),
-          Effect.option
-        )
-        expect(rival._tag).toBe("None")
-        // the rival stopped promptly once its time was up
-        expect(Date.now() - rivalStarted).toBeLessThan(lease * 3 + 10_000)
-        expect(
-          yield* slow.await.pipe(
-            Effect.flatten,
-            Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the worker did not finish") })
+  it.live(
+    "a healthy handler running several leases long is never redelivered (lease heartbeat)",
+    () =>
+      withPg(Effect.gen(function*() {
+        const table = uniqueTable("heartbeat")
+        const lease = 600
+        let calls = 0
+        const stack = outboxStack({
+          table,
+          transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
+          handlers: [Handlers.handler(OrderPaid, () =>
+            Effect.sync(() =>
+              calls++
+            ).pipe(Effect.zipRight(Effect.sleep(Duration.millis(lease * 4)))))]
+        })
+        yield* Effect.gen(function*() {
+          yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }))
+          yield* Outbox.dispatch(new OrderPaid({ orderId: 2, amount: 1 }))
+          const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
+          // A second worker polls all along; it must never get either message (the second one waits in the batch).
+          const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
+            Effect.timeout(Duration.millis(lease * 7)),
+            Effect.option
           )
-        ).toMatchObject({ handled: 4, retried: 0, failed: 0 })
-        expect(handled).toEqual([1, 2, 3, 4])
-        expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
-      }).pipe(Effect.provide(stack))
-    })), 60_000)
+          expect(rival._tag).toBe("None")
+          expect(yield* slow.await.pipe(Effect.flatten)).toMatchObject({ handled: 2, retried: 0, failed: 0 })
+          expect(calls).toBe(2)
+        }).pipe(Effect.provide(stack))
+      })),
+    60_000
+  )
 
-  it.live("while a long batch runs, the messages it finished are acked (not at its end)", () =>
-    withPg(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const table = uniqueTable("longbatch")
-      const blocking = yield* Deferred.make<void>()
-      const release = yield* Deferred.make<void>()
-      const stack = outboxStack({
-        table,
-        handlers: [Handlers.handler(OrderPaid, (paid) =>
-          paid.orderId === 10
-            ? Deferred.succeed(blocking, undefined).pipe(Effect.zipRight(Deferred.await(release)))
-            : Effect.void)]
-      })
-      yield* Effect.gen(function*() {
-        yield* (yield* Outbox.Outbox).dispatchAll(Array.from({ length: 10 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
-        const worker = yield* Effect.fork(
-          Worker.run({ transports: ["outbox"], batchSize: 10, stopWhenEmpty: true, shutdownTimeout: "1 second" })
-        )
-        yield* Deferred.await(blocking)
-        // The nine finished messages are deleted while the tenth still runs.
-        const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`.pipe(
-          Effect.map((rows) => rows[0]!.n),
-          Effect.filterOrFail((n) => n === 1, (n) => new Error(`${n} messages left`)),
-          Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
-          Effect.ensuring(Deferred.succeed(release, undefined))
-        )
-        expect(left).toBe(1)
-        expect(yield* worker.await.pipe(Effect.flatten)).toMatchObject({ handled: 10 })
-        expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
-      }).pipe(Effect.provide(stack))
-    })), 60_000)
+  it.live(
+    "the next batch, claimed while one runs, is leased and renewed like it; a rival never gets it",
+    () =>
+      withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("prefetch")
+        const lease = 600
+        const started = yield* Deferred.make<void>()
+        const handled: Array<number> = []
+        const stack = outboxStack({
+          table,
+          transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
+          handlers: [Handlers.handler(OrderPaid, (paid) =>
+            Effect.gen(function*() {
+              if (paid.orderId === 1) {
+                yield* Deferred.succeed(started, undefined)
+                yield* Effect.sleep(Duration.millis(lease * 4))
+              }
+              handled.push(paid.orderId)
+            }))]
+        })
+        yield* Effect.gen(function*() {
+          yield* (yield* Outbox.Outbox).dispatchAll(
+            [1, 2, 3, 4].map((orderId) => new OrderPaid({ orderId, amount: 1 }))
+          )
+          const slow = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true }))
+          yield* Deferred.await(started).pipe(
+            Effect.timeoutFail({
+              duration: "20 seconds",
+              onTimeout: () => new Error("the first handler never started")
+            })
+          )
+          // The batch [1, 2] runs and [3, 4] is already claimed.
+          const leased = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${
+            sql(table)
+          } WHERE delivered_at IS NOT NULL`
+          expect(leased[0]!.n).toBe(4)
+          const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
+            Effect.timeout(Duration.millis(lease * 3)),
+            Effect.option
+          )
+          expect(rival._tag).toBe("None")
+          expect(
+            yield* slow.await.pipe(
+              Effect.flatten,
+              Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("the worker did not finish") })
+            )
+          ).toMatchObject({ handled: 4, retried: 0, failed: 0 })
+          expect(handled).toEqual([1, 2, 3, 4])
+          expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
+        }).pipe(Effect.provide(stack))
+      })),
+    60_000
+  )
+
+  it.live(
+    "while a long batch runs, the messages it finished are acked (not at its end)",
+    () =>
+      withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("longbatch")
+        const blocking = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const stack = outboxStack({
+          table,
+          handlers: [Handlers.handler(OrderPaid, (paid) =>
+            paid.orderId === 10
+              ? Deferred.succeed(blocking, undefined).pipe(Effect.zipRight(Deferred.await(release)))
+              : Effect.void)]
+        })
+        yield* Effect.gen(function*() {
+          yield* (yield* Outbox.Outbox).dispatchAll(
+            Array.from({ length: 10 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 }))
+          )
+          const worker = yield* Effect.fork(
+            Worker.run({ transports: ["outbox"], batchSize: 10, stopWhenEmpty: true, shutdownTimeout: "1 second" })
+          )
+          yield* Deferred.await(blocking)
+          // The nine finished messages are deleted while the tenth still runs.
+          const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`.pipe(
+            Effect.map((rows) => rows[0]!.n),
+            Effect.filterOrFail((n) => n === 1, (n) => new Error(`${n} messages left`)),
+            Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
+            Effect.ensuring(Deferred.succeed(release, undefined))
+          )
+          expect(left).toBe(1)
+          expect(yield* worker.await.pipe(Effect.flatten)).toMatchObject({ handled: 10 })
+          expect((yield* sql`SELECT 1 FROM ${sql(table)}`).length).toBe(0)
+        }).pipe(Effect.provide(stack))
+      })),
+    60_000
+  )
 
   it.live("a worker that stops mid-stream gives the claimed-ahead and unstarted messages back at once", () =>
     withPg(Effect.gen(function*() {
@@ -190,7 +217,9 @@ describe("crash recovery", () => {
         handlers: [Handlers.handler(OrderPaid, (paid) => paid.orderId === 5 ? Effect.fail("boom") : Effect.void)]
       })
       yield* Effect.gen(function*() {
-        yield* (yield* Outbox.Outbox).dispatchAll(Array.from({ length: 30 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+        yield* (yield* Outbox.Outbox).dispatchAll(
+          Array.from({ length: 30 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 }))
+        )
         const summary = yield* Worker.run({ transports: ["outbox"], batchSize: 10, failureLimit: 1 })
         expect(summary).toMatchObject({ handled: 4, retried: 1, failed: 0, stoppedBy: "failure-limit" })
         const rows = yield* sql<{ ready: number; untouched: number; total: number }>`
@@ -203,32 +232,49 @@ describe("crash recovery", () => {
       }).pipe(Effect.provide(stack))
     })))
 
-  it.live("the worker survives its connections being killed and handles everything", () =>
-    withPg(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const table = uniqueTable("terminate")
-      const handled = new Map<number, number>()
-      const stack = outboxStack({
-        table,
-        handlers: [Handlers.handler(OrderPaid, (m) =>
-          Effect.sync(() => handled.set(m.orderId, (handled.get(m.orderId) ?? 0) + 1)).pipe(
-            Effect.zipRight(Effect.sleep("2 millis"))
-          ))]
-      })
-      yield* Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        yield* outbox.dispatchAll(Array.from({ length: 300 }, (_, i) => new OrderPaid({ orderId: i, amount: 1 })))
-        const worker = yield* Effect.fork(
-          Worker.run({ transports: ["outbox"], batchSize: 10, sleep: "20 millis", limit: 300 }).pipe(
-            Effect.provide(Layer.orDie(pgLayer(url)).pipe(Layer.merge(Layer.empty))),
+  it.live(
+    "the worker survives its connections being killed and handles everything",
+    () =>
+      withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("terminate")
+        const total = 300
+        const handled = new Map<number, number>()
+        const stack = outboxStack({
+          table,
+          handlers: [Handlers.handler(OrderPaid, (m) =>
+            Effect.sync(() =>
+              handled.set(m.orderId, (handled.get(m.orderId) ?? 0) + 1)
+            ).pipe(
+              Effect.zipRight(Effect.sleep("5 millis"))
+            ))]
+        })
+        yield* Effect.gen(function*() {
+          const outbox = yield* Outbox.Outbox
+          yield* outbox.dispatchAll(Array.from({ length: total }, (_, i) =>
+            new OrderPaid({ orderId: i, amount: 1 })))
+          const worker = yield* Effect.fork(
+            Worker.run({ transports: ["outbox"], batchSize: 10, sleep: "20 millis", limit: total })
           )
-        )
-        yield* Effect.sleep("150 millis")
-        yield* sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          // The worker is at work: its session holds its connection and it has handled a message.
+          yield* workerConnections().pipe(
+            Effect.filterOrFail((pids) => pids.length > 0 && handled.size > 0, () => "not yet" as const),
+            Effect.retry({ schedule: Schedule.spaced("10 millis"), while: (e) => e === "not yet" }),
+            Effect.timeout("20 seconds")
+          )
+          const before = handled.size
+          const killed = yield* sql<{ application_name: string; killed: boolean }>`
+          SELECT application_name, pg_terminate_backend(pid) AS killed FROM pg_stat_activity
           WHERE datname = current_database() AND pid <> pg_backend_pid()`
-        const summary = yield* worker.await.pipe(Effect.flatten, Effect.timeout("30 seconds"))
-        expect(summary.handled).toBe(300)
-        expect(handled.size).toBe(300)
-      }).pipe(Effect.provide(stack))
-    })), 60_000)
+          expect(before).toBeLessThan(total) // the kill landed mid-run
+          expect(killed.filter((r) => r.killed).length).toBeGreaterThan(0)
+          expect(killed.filter((r) => r.killed && r.application_name === PgSession.applicationName).length).toBe(1)
+          const summary = yield* worker.await.pipe(Effect.flatten, Effect.timeout("30 seconds"))
+          expect(summary.handled).toBe(total)
+          expect(handled.size).toBe(total)
+          expect((yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`)[0]!.n).toBe(0)
+        }).pipe(Effect.provide(stack))
+      })),
+    60_000
+  )
 })

@@ -1,9 +1,12 @@
+import { HelpDoc, ValidationError } from "@effect/cli"
 import { NodeContext } from "@effect/platform-node"
+import * as Cause from "effect/Cause"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
 import { spawn } from "node:child_process"
 import * as Cli from "../../src/programs/Cli.js"
 
@@ -48,6 +51,18 @@ export const runCli = (command: ReturnType<typeof Cli.make>, args: ReadonlyArray
     )
     return { stdout: out.join("\n"), stderr: err.join("\n"), exit } satisfies CliResult
   })
+
+/**
+ * The text of the `ValidationError` a command failed with (@effect/cli's rejection of an option or argument),
+ * or `undefined` when it did not fail with one — a command that failed for any other reason (the database
+ * down, a bug) is not a validation failure.
+ */
+export const validationError = (result: CliResult): string | undefined => {
+  if (Exit.isSuccess(result.exit)) return undefined
+  const failure = Cause.failureOption(result.exit.cause)
+  if (Option.isNone(failure) || !ValidationError.isValidationError(failure.value)) return undefined
+  return HelpDoc.toAnsiText(failure.value.error).replace(/\u001b\[[0-9;]*m/g, "")
+}
 
 /** A running process of a fixture, with its output lines. */
 export interface Proc {

@@ -1,9 +1,10 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import pg from "pg"
-import { inject } from "vitest"
+import { beforeAll, inject } from "vitest"
 
 /** The URL of the server's maintenance database, from the global setup. */
 export const adminUrl = (): string => inject("adminDatabaseUrl")
@@ -23,15 +24,45 @@ export const createDatabase = async (prefix = "t"): Promise<string> => {
   return url.toString()
 }
 
+/** A PgClient layer for a database URL. */
+export const pgLayer = (url: string, maxConnections = 10) => PgClient.layer({ url: Redacted.make(url), maxConnections })
+
 /** A PgClient layer on a fresh database. */
 export const freshDatabase = (options: { readonly maxConnections?: number } = {}) =>
   Layer.unwrapEffect(
     Effect.promise(() => createDatabase()).pipe(
-      Effect.map((url) =>
-        PgClient.layer({ url: Redacted.make(url), maxConnections: options.maxConnections ?? 10 })
-      )
+      Effect.map((url) => pgLayer(url, options.maxConnections ?? 10))
     )
   )
+
+/** A test file's own database: created before its tests, and a way to run effects on it. */
+export interface TestDatabase {
+  /** Its URL (set once the file's `beforeAll` has run). */
+  readonly url: string
+  /** Runs an effect with a PgClient (pool of `maxConnections`, default 10) on the database. */
+  readonly withPg: <A, E, R>(
+    self: Effect.Effect<A, E, R>,
+    maxConnections?: number
+  ) => Effect.Effect<A, E, Exclude<R, PgClient.PgClient | SqlClient.SqlClient>>
+}
+
+/**
+ * Registers a `beforeAll` that creates a fresh database (named after `prefix`) for the calling test file, and
+ * returns it. Call it at the top level of the file.
+ */
+export const testDatabase = (prefix: string): TestDatabase => {
+  let url = ""
+  beforeAll(async () => {
+    url = await createDatabase(prefix)
+  })
+  return {
+    get url() {
+      return url
+    },
+    withPg: (self, maxConnections = 10) =>
+      Effect.suspend(() => Effect.provide(self, Layer.orDie(pgLayer(url, maxConnections))))
+  }
+}
 
 /** Runs a query on a URL with a short-lived pg client (for assertions outside Effect). */
 export const query = async <R extends Record<string, unknown>>(
