@@ -15,7 +15,13 @@ describe("demo", () => {
   it.live("handled = committed, failed = 0, duplicates = 0", () =>
     Effect.gen(function*() {
       const url = yield* Effect.promise(() => createDatabase("demo"))
-      const summary = yield* Demo.run({ orders: 1500, rollbackShare: 0.2, producers: 6, redeliverShare: 0.05, json: true }).pipe(
+      const summary = yield* Demo.run({
+        orders: 1500,
+        rollbackShare: 0.2,
+        producers: 6,
+        redeliverShare: 0.05,
+        json: true
+      }).pipe(
         Effect.provide(Layer.orDie(pgLayer(url, 12))),
         Logger.withMinimumLogLevel(LogLevel.Warning)
       )

@@ -16,23 +16,47 @@ import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import { OrderPaid } from "./support/messages.js"
 
 const delays = <Out, In>(schedule: Schedule.Schedule<Out, In>, attempts: number, input: In) =>
-  Effect.forEach(Array.from({ length: attempts }, (_, i) => i + 1), (attempt) =>
-    RetryDelay.delayForAttempt(schedule, attempt, input).pipe(
-      Effect.map(Option.map(Duration.toMillis)),
-      Effect.map(Option.getOrNull)
-    ))
+  Effect.forEach(
+    Array.from({ length: attempts }, (_, i) => i + 1),
+    (attempt) =>
+      RetryDelay.delayForAttempt(schedule, attempt, input).pipe(
+        Effect.map(Option.map(Duration.toMillis)),
+        Effect.map(Option.getOrNull)
+      )
+  )
 
 describe("retry delays from a Schedule", () => {
   it.effect("defaults: 1, 3, 9, 27, 81 s, then give up", () =>
     Effect.gen(function*() {
-      expect(yield* delays(RetryDelay.exponential(), 7, undefined)).toEqual([1000, 3000, 9000, 27000, 81000, null, null])
+      expect(yield* delays(RetryDelay.exponential(), 7, undefined)).toEqual([
+        1000,
+        3000,
+        9000,
+        27000,
+        81000,
+        null,
+        null
+      ])
     }))
 
   it.effect("caps each delay at maxDelay and honours maxRetries", () =>
     Effect.gen(function*() {
-      const schedule = RetryDelay.exponential({ maxRetries: 8, delay: "10 seconds", multiplier: 10, maxDelay: "1 hour" })
+      const schedule = RetryDelay.exponential({
+        maxRetries: 8,
+        delay: "10 seconds",
+        multiplier: 10,
+        maxDelay: "1 hour"
+      })
       expect(yield* delays(schedule, 9, undefined)).toEqual([
-        10_000, 100_000, 1_000_000, 3_600_000, 3_600_000, 3_600_000, 3_600_000, 3_600_000, null
+        10_000,
+        100_000,
+        1_000_000,
+        3_600_000,
+        3_600_000,
+        3_600_000,
+        3_600_000,
+        3_600_000,
+        null
       ])
       expect(yield* delays(RetryDelay.exponential({ maxRetries: 0 }), 1, undefined)).toEqual([null])
     }))
@@ -49,7 +73,11 @@ describe("retry delays from a Schedule", () => {
           expect(ms!).toBeLessThanOrEqual(5000)
         })
       }
-      expect(new Set(runs.map((r) => r[0])).size).toBeGreaterThan(1)
+      expect(
+        new Set(runs.map((r) =>
+          r[0]
+        )).size
+      ).toBeGreaterThan(1)
     }))
 
   it.effect("any user Schedule works, including one that looks at the error", () =>
@@ -207,7 +235,9 @@ describe("identifiers", () => {
     Effect.gen(function*() {
       expect(yield* Identifier.validateTableName("messenger_messages")).toBe("messenger_messages")
       expect(yield* Identifier.validateTableName("app.outbox")).toBe("app.outbox")
-      for (const bad of ["", "x; DROP TABLE users", "a.b.c", "1abc", "out\"box", "a".repeat(64), "outbox--", "tab le"]) {
+      for (
+        const bad of ["", "x; DROP TABLE users", "a.b.c", "1abc", "out\"box", "a".repeat(64), "outbox--", "tab le"]
+      ) {
         const error = yield* Effect.flip(Identifier.validateTableName(bad))
         expect(error._tag).toBe("OutboxConfigError")
       }

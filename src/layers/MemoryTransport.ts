@@ -17,7 +17,13 @@ import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { compareIds } from "../internal/compareIds.js"
-import { checkKnown, failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
+import {
+  checkKnown,
+  failureTransports,
+  positiveDuration,
+  rowCapabilities,
+  unknownTransport
+} from "../internal/transports.js"
 import { Transport } from "../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
 
@@ -227,8 +233,10 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           }))
         }),
       keepalive: (name, ids) =>
-        Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          updateIn(name, ids, (row) => row.deliveredAt === null ? row : { ...row, deliveredAt: now })),
+        Effect.flatMap(
+          Clock.currentTimeMillis,
+          (now) => updateIn(name, ids, (row) => row.deliveredAt === null ? row : { ...row, deliveredAt: now })
+        ),
       release: (name, ids) =>
         Effect.zipRight(
           updateIn(name, ids, (row) =>
@@ -247,8 +255,10 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             .slice(0, Math.max(0, Math.floor(max)))
             .map(toStored)),
       find: (name, id) =>
-        Effect.map(lookup(name), () =>
-          Option.map(Option.filter(Option.fromNullable(rows.get(id)), (row) => row.queueName === name), toStored)),
+        Effect.map(
+          lookup(name),
+          () => Option.map(Option.filter(Option.fromNullable(rows.get(id)), (row) => row.queueName === name), toStored)
+        ),
       remove: (name, ids) =>
         Effect.map(lookup(name), () => {
           let removed = 0
@@ -329,7 +339,6 @@ export const layer = (
       (t) => Context.make(Transport, t).pipe(Context.add(TransportAdmin, t), Context.add(MemoryTransport, t))
     )
   )
-
 
 const byId = (a: Row, b: Row): number => compareIds(a.id, b.id)
 

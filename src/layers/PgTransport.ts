@@ -4,10 +4,10 @@
  *
  * @since 0.1.0
  */
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as Statement from "@effect/sql/Statement"
-import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
@@ -23,8 +23,8 @@ import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
-import { isStorageMissing, storageNotReady, transportError } from "./pg/errors.js"
 import { runMigrations } from "./internal/migrate.js"
+import { isStorageMissing, storageNotReady, transportError } from "./pg/errors.js"
 import * as PgSession from "./pg/PgSession.js"
 import * as PgWakeups from "./pg/PgWakeups.js"
 import * as Migrations from "./pg/sql/migrations.js"
@@ -97,7 +97,6 @@ interface ResolvedTransport {
   readonly failureTransport: string
 }
 
-
 const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessage => ({
   id: row.id,
   transport,
@@ -160,7 +159,12 @@ export const make = (
       loader: Migrations.loader(table),
       table: `${table}_migrations`,
       onError: (detail, cause) =>
-        new TransportError({ transport: "*", operation: "setup", message: `Setup of ${table} failed: ${detail}`, cause })
+        new TransportError({
+          transport: "*",
+          operation: "setup",
+          message: `Setup of ${table} failed: ${detail}`,
+          cause
+        })
     })
 
     const send: TransportShape["send"] = (name, messages) =>
@@ -186,24 +190,38 @@ export const make = (
       toError
     })
 
-    const withIds = (name: string, operation: string, ids: ReadonlyArray<string>, statement: (queue: string, ids: ReadonlyArray<string>) => Effect.Effect<unknown, SqlError>) =>
-      Effect.flatMap(lookup(name), (transport) =>
-        ids.length === 0 ? Effect.void : statement(transport.queueName, ids).pipe(wrap(name, operation), Effect.asVoid))
+    const withIds = (
+      name: string,
+      operation: string,
+      ids: ReadonlyArray<string>,
+      statement: (queue: string, ids: ReadonlyArray<string>) => Effect.Effect<unknown, SqlError>
+    ) =>
+      Effect.flatMap(
+        lookup(name),
+        (transport) =>
+          ids.length === 0
+            ? Effect.void
+            : statement(transport.queueName, ids).pipe(wrap(name, operation), Effect.asVoid)
+      )
 
     const transport: TransportShape = {
       names: Array.from(transports.keys()),
       capabilities: (name) => (transports.has(name) ? Option.some(rowCapabilities) : Option.none()),
-      lease: (name) => Option.map(Option.fromNullable(transports.get(name)), (t) => Duration.millis(t.redeliverTimeoutMs)),
+      lease: (name) =>
+        Option.map(Option.fromNullable(transports.get(name)), (t) => Duration.millis(t.redeliverTimeoutMs)),
       failureTransport: (name) => Option.map(Option.fromNullable(transports.get(name)), (t) => t.failureTransport),
       send,
       open,
       ack: (name, ids) => withIds(name, "ack", ids, statements.ack),
       retry: (message, { delay, headers }) =>
-        Effect.flatMap(lookup(message.transport), (transport) =>
-          statements.retry(transport.queueName, message.id, Duration.toMillis(delay), Headers.encode(headers)).pipe(
-            wrap(message.transport, "retry"),
-            Effect.asVoid
-          )),
+        Effect.flatMap(
+          lookup(message.transport),
+          (transport) =>
+            statements.retry(transport.queueName, message.id, Duration.toMillis(delay), Headers.encode(headers)).pipe(
+              wrap(message.transport, "retry"),
+              Effect.asVoid
+            )
+        ),
       fail: (message, headers) =>
         Effect.flatMap(lookup(message.transport), (transport) =>
           statements.fail(
@@ -220,7 +238,9 @@ export const make = (
       Effect.gen(function*() {
         const { queueName } = yield* lookup(name)
         const limit = Math.max(0, Math.floor(max))
-        if (type === undefined) return (yield* statements.list(queueName, limit).pipe(wrap(name, "list"))).map(toStored(name))
+        if (type === undefined) {
+          return (yield* statements.list(queueName, limit).pipe(wrap(name, "list"))).map(toStored(name))
+        }
         // Headers are text that may be corrupt, so the type is matched here, page by page, not in SQL.
         const found: Array<StoredMessage> = []
         let after = "0"
@@ -242,7 +262,9 @@ export const make = (
         Effect.flatMap(lookup(name), ({ queueName }) =>
           !isRowId(id) ? Effect.succeedNone : statements.find(queueName, id).pipe(
             wrap(name, "find"),
-            Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toStored(name)))
+            Effect.map((rows) =>
+              Option.map(Option.fromNullable(rows[0]), toStored(name))
+            )
           )),
       remove: (name, ids) =>
         Effect.flatMap(lookup(name), ({ queueName }) => {
@@ -350,7 +372,9 @@ const resolveTransports = (
     for (const t of resolved.values()) {
       const other = queues.get(t.queueName)
       if (other !== undefined) {
-        return yield* new OutboxConfigError({ message: `Transports ${other} and ${t.name} use the same queue ${t.queueName}` })
+        return yield* new OutboxConfigError({
+          message: `Transports ${other} and ${t.name} use the same queue ${t.queueName}`
+        })
       }
       queues.set(t.queueName, t.name)
     }

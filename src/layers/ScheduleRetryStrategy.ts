@@ -4,7 +4,6 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
-import { optionalFields } from "../internal/config.js"
 import type * as ConfigError from "effect/ConfigError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -12,6 +11,7 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import { OutboxConfigError } from "../domain/Errors.js"
 import * as RetryDelay from "../domain/RetryDelay.js"
+import { optionalFields } from "../internal/config.js"
 import { RetryStrategy, type RetryStrategyShape } from "../services/RetryStrategy.js"
 
 /**
@@ -106,4 +106,3 @@ export const exponentialConfig: Config.Config<RetryDelay.ExponentialOptions> = o
   Config.nested("RETRY"),
   Config.nested("OUTBOX")
 )
-

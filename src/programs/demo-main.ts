@@ -11,8 +11,8 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
-import * as Redacted from "effect/Redacted"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Demo from "./Demo.js"
 import * as DemoBroker from "./DemoBroker.js"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.js"
@@ -75,7 +75,9 @@ const demo = Command.make(
       : Effect.gen(function*() {
         const url = yield* databaseUrl
         yield* Demo.run(options).pipe(
-          Effect.provide(Layer.orDie(PgClient.layer({ url: Redacted.make(url), maxConnections: options.producers + 4 })))
+          Effect.provide(
+            Layer.orDie(PgClient.layer({ url: Redacted.make(url), maxConnections: options.producers + 4 }))
+          )
         )
       }).pipe(Effect.scoped)
 ).pipe(Command.withDescription("Pay orders through the transactional outbox and prove every guarantee"))

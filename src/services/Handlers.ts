@@ -216,7 +216,8 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
         run,
         // The services captured when the registry was built replace the caller's: one FiberRef swap per call,
         // not a context merge.
-        handle: (message, envelope) => Effect.mapInputContext(run(message, envelope), () => context as Context.Context<never>)
+        handle: (message, envelope) =>
+          Effect.mapInputContext(run(message, envelope), () => context as Context.Context<never>)
       })
       byType.set(tag, list)
     }
@@ -234,7 +235,8 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       },
       types: Array.from(classes.keys()),
       provide: <A, E, R>(self: Effect.Effect<A, E, R>) =>
-        Effect.mapInputContext(self, (outer: Context.Context<R>) => Context.merge(outer, context as Context.Context<never>))
+        Effect.mapInputContext(self, (outer: Context.Context<R>) =>
+          Context.merge(outer, context as Context.Context<never>))
     }
   })
 

@@ -60,7 +60,9 @@ export interface TransportAdminShape {
  * @since 0.1.0
  * @category tags
  */
-export class TransportAdmin extends Context.Tag("effect-outbox/TransportAdmin")<TransportAdmin, TransportAdminShape>() {}
+export class TransportAdmin
+  extends Context.Tag("effect-outbox/TransportAdmin")<TransportAdmin, TransportAdminShape>()
+{}
 
 /**
  * A backend implements both sides; its layers provide `Transport` and `TransportAdmin`.

@@ -78,7 +78,10 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
     const when = (
       title: string,
       needs: { readonly capabilities?: ReadonlyArray<keyof Capabilities>; readonly time?: boolean },
-      body: (t: TransportBackend, advance: (ms: number) => Effect.Effect<void, unknown, R>) => Effect.Effect<void, unknown, R>
+      body: (
+        t: TransportBackend,
+        advance: (ms: number) => Effect.Effect<void, unknown, R>
+      ) => Effect.Effect<void, unknown, R>
     ) =>
       it.scoped(title, () =>
         Effect.gen(function*() {
@@ -98,20 +101,26 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
           yield* t.send("outbox", sent)
           const claimed = yield* claimMessages(t, "outbox", 10)
           expect(numbers(claimed)).toEqual([1, 2, 3])
-          expect(claimed.map((c) => c.messageId)).toEqual(sent.map((s) => s.messageId))
+          expect(claimed.map((c) =>
+            c.messageId
+          )).toEqual(sent.map((s) => s.messageId))
           expect(claimed[0]!.headers).toBe(sent[0]!.headers)
           expect(claimed[0]!.transport).toBe("outbox")
           expect(claimed.every((c) => c.deliveries === 1)).toBe(true)
         }))
 
-      when("orders by availability first: a delayed message comes after later undelayed ones", { time: true }, (t, advance) =>
-        Effect.gen(function*() {
-          yield* t.send("outbox", [outgoing(1, 5_000)])
-          yield* t.send("outbox", [outgoing(2), outgoing(3)])
-          expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([2, 3])
-          yield* advance(5_001)
-          expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([1])
-        }))
+      when(
+        "orders by availability first: a delayed message comes after later undelayed ones",
+        { time: true },
+        (t, advance) =>
+          Effect.gen(function*() {
+            yield* t.send("outbox", [outgoing(1, 5_000)])
+            yield* t.send("outbox", [outgoing(2), outgoing(3)])
+            expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([2, 3])
+            yield* advance(5_001)
+            expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([1])
+          })
+      )
 
       when("keeps queues apart", {}, (t) =>
         Effect.gen(function*() {
@@ -123,7 +132,12 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
 
       when("claims at most batchSize, and never a message leased to another claimer", {}, (t) =>
         Effect.gen(function*() {
-          yield* t.send("outbox", [1, 2, 3, 4, 5].map((n) => outgoing(n)))
+          yield* t.send(
+            "outbox",
+            [1, 2, 3, 4, 5].map((n) =>
+              outgoing(n)
+            )
+          )
           yield* Effect.scoped(Effect.gen(function*() {
             const session = yield* t.open(["outbox"])
             expect(numbers((yield* session.claim("outbox", 2, [])).messages)).toEqual([1, 2])
@@ -178,23 +192,32 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
         Effect.gen(function*() {
           yield* t.send("outbox", [outgoing(1), outgoing(2)])
           const claimed = yield* claimMessages(t, "outbox", 10)
-          yield* t.ack("outbox", claimed.map((c) => c.id))
+          yield* t.ack(
+            "outbox",
+            claimed.map((c) =>
+              c.id
+            )
+          )
           yield* t.ack("outbox", [])
           yield* advance(lease * 2)
           expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
         }))
 
-      when("ack, keepalive and release touch only the queue they name", { capabilities: ["leases"], time: true }, (t, advance) =>
-        Effect.gen(function*() {
-          yield* t.send("other", [outgoing(1)])
-          const [claimed] = yield* claimMessages(t, "other", 1)
-          yield* t.ack("outbox", [claimed!.id])
-          yield* t.release("outbox", [claimed!.id])
-          expect(yield* claimMessages(t, "other", 1)).toEqual([])
-          // `other` has the default lease (30 seconds)
-          yield* advance(31_000)
-          expect(numbers(yield* claimMessages(t, "other", 1))).toEqual([1])
-        }))
+      when(
+        "ack, keepalive and release touch only the queue they name",
+        { capabilities: ["leases"], time: true },
+        (t, advance) =>
+          Effect.gen(function*() {
+            yield* t.send("other", [outgoing(1)])
+            const [claimed] = yield* claimMessages(t, "other", 1)
+            yield* t.ack("outbox", [claimed!.id])
+            yield* t.release("outbox", [claimed!.id])
+            expect(yield* claimMessages(t, "other", 1)).toEqual([])
+            // `other` has the default lease (30 seconds)
+            yield* advance(31_000)
+            expect(numbers(yield* claimMessages(t, "other", 1))).toEqual([1])
+          })
+      )
 
       when("retry makes the same message available after the delay with new headers", {
         capabilities: ["stableIds"],
@@ -225,7 +248,9 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
           expect(failed!.messageId).toBe(sent.messageId)
           expect(failed!.headers).toBe(Headers.encode(stamped("failed")))
           expect(failed!.transport).toBe("failed")
-          if (Option.getOrThrow(t.capabilities("outbox")).stableIds) expect(failed!.id).toBe(first!.id)
+          if (Option.getOrThrow(t.capabilities("outbox")).stableIds) {
+            expect(failed!.id).toBe(first!.id)
+          }
         }))
 
       when("an empty claim says when the next message is due: a delay's end, then a claim's lease", {
@@ -252,13 +277,30 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
         time: true
       }, (t, advance) =>
         Effect.gen(function*() {
-          yield* t.send("outbox", [1, 2, 3, 4, 5].map((n) => outgoing(n)))
+          yield* t.send(
+            "outbox",
+            [1, 2, 3, 4, 5].map((n) =>
+              outgoing(n)
+            )
+          )
           yield* Effect.scoped(Effect.gen(function*() {
             const session = yield* t.open(["outbox"])
             const first = (yield* session.claim("outbox", 2, [])).messages
-            const second = (yield* session.claim("outbox", 2, first.map((m) => m.id))).messages
+            const second = (yield* session.claim(
+              "outbox",
+              2,
+              first.map((m) =>
+                m.id
+              )
+            )).messages
             expect(numbers(second)).toEqual([3, 4])
-            const third = (yield* session.claim("outbox", 10, second.map((m) => m.id))).messages
+            const third = (yield* session.claim(
+              "outbox",
+              10,
+              second.map((m) =>
+                m.id
+              )
+            )).messages
             expect(numbers(third)).toEqual([5])
             // the acked messages are gone for good: not claimable even after their lease
             yield* advance(lease + 1)

@@ -134,4 +134,3 @@ export const freshTransport = (
     if (options.setup !== false) yield* transport.setup
     return { transport, prefix, queue: (name: string) => queues[name]!.queue }
   })
-

@@ -187,7 +187,12 @@ describe("Outcome.decide", () => {
 
   it("keeps the original transport of a message that failed before", () => {
     const again = new Headers.Headers({ type: "OrderPaid", originalTransport: "shipping" })
-    const outcome = Outcome.decide(failed(new UnrecoverableMessageHandlingError({ message: "no" })), "outbox", again, Option.none())
+    const outcome = Outcome.decide(
+      failed(new UnrecoverableMessageHandlingError({ message: "no" })),
+      "outbox",
+      again,
+      Option.none()
+    )
     expect(outcome._tag === "Fail" && outcome.headers.originalTransport).toBe("shipping")
   })
 

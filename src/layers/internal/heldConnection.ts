@@ -82,7 +82,8 @@ export const make = (sql: SqlClient.SqlClient, applicationName: string): HeldCon
         ? onFresh(text, params)
         : Effect.catchAll(h.connection.execute(text, params, undefined), () =>
           Effect.zipRight(drop(h), onFresh(text, params)))
-      return Effect.onExit(run, () => done) as Effect.Effect<ReadonlyArray<A>, SqlError>
+      return Effect.onExit(run, () =>
+        done) as Effect.Effect<ReadonlyArray<A>, SqlError>
     })
 
   const release = Effect.suspend(() => held === undefined ? Effect.void : drop(held))

@@ -20,7 +20,7 @@ import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
 import * as HeldConnection from "../internal/heldConnection.js"
 import type * as PgWakeups from "./PgWakeups.js"
-import { type ClaimedRow, claimCall, type Statements } from "./sql/transport.js"
+import { claimCall, type ClaimedRow, type Statements } from "./sql/transport.js"
 
 /** What the session needs of its transport. @internal */
 export interface Resolved {

@@ -20,8 +20,16 @@ import { dsn, fail, format, memoryLimit, positive, verbose } from "./options.js"
 
 /** @internal */
 export const make = (options: CliOptions, environment: Environment) => {
-  const { database, idempotencyLayer, idempotencyOnly, idempotencyOptions, known, opened, transportOnly, withTransport } =
-    environment
+  const {
+    database,
+    idempotencyLayer,
+    idempotencyOnly,
+    idempotencyOptions,
+    known,
+    opened,
+    transportOnly,
+    withTransport
+  } = environment
   const setupTransports = Command.make(
     "setup-transports",
     { dsn, transports: Args.text({ name: "transport" }).pipe(Args.repeated) },
@@ -43,7 +51,9 @@ export const make = (options: CliOptions, environment: Environment) => {
           for (const name of o.transports.length > 0 ? o.transports : transport.names) {
             yield* Console.log(`[OK] The "${name}" transport was set up successfully.`)
           }
-          if (idempotencyOptions !== undefined) yield* Console.log("[OK] The idempotency store was set up successfully.")
+          if (idempotencyOptions !== undefined) {
+            yield* Console.log("[OK] The idempotency store was set up successfully.")
+          }
         })
       )
   ).pipe(Command.withDescription("Create or migrate the outbox table (idempotent, versioned)"))
@@ -124,7 +134,9 @@ export const make = (options: CliOptions, environment: Environment) => {
         Options.mapEffect((text) => {
           const ms = parseDurationMs(text)
           return ms === undefined || !(ms > 0)
-            ? Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--older-than: expected a duration such as 30d, got ${text}`)))
+            ? Effect.fail(
+              ValidationError.invalidValue(HelpDoc.p(`--older-than: expected a duration such as 30d, got ${text}`))
+            )
             : Effect.succeed(ms)
         })
       ),
@@ -159,7 +171,11 @@ export const make = (options: CliOptions, environment: Environment) => {
           const rows: Array<TransportStats> = yield* Effect.forEach(names, (name) => admin.stats(name))
           if (o.format === "json") {
             return yield* Console.log(
-              JSON.stringify({ transports: Object.fromEntries(rows.map(({ transport, ...rest }) => [transport, rest])) }, null, 2)
+              JSON.stringify(
+                { transports: Object.fromEntries(rows.map(({ transport, ...rest }) => [transport, rest])) },
+                null,
+                2
+              )
             )
           }
           yield* Console.log(renderTable(
@@ -177,7 +193,6 @@ export const make = (options: CliOptions, environment: Environment) => {
         })
       )
   ).pipe(Command.withDescription("Messages per transport: ready, delayed, in flight, failed, oldest ready age"))
-
 
   return { setupTransports, consume, idempotencyPurge, stats }
 }

@@ -34,18 +34,25 @@ export const make = (options: CliOptions) => {
       })
     ).pipe(
       Layer.mapError((error) =>
-        error._tag === "OutboxCliError" ? error : new CliError({ message: `Cannot connect to PostgreSQL: ${describeError(error)}` })
+        error._tag === "OutboxCliError"
+          ? error
+          : new CliError({ message: `Cannot connect to PostgreSQL: ${describeError(error)}` })
       )
     )
 
-  const transportLayer = (flag: Option.Option<Redacted.Redacted>) => transportOnly.pipe(Layer.provideMerge(database(flag)))
+  const transportLayer = (flag: Option.Option<Redacted.Redacted>) =>
+    transportOnly.pipe(Layer.provideMerge(database(flag)))
 
   const transportOnly = Layer.unwrapEffect(
     Effect.gen(function*() {
       // The table can be overridden by `OUTBOX_TABLE`; the rest comes from the options as given.
       const pg = {
-        ...Object.fromEntries(Object.entries(options.transport ?? {}).map(([key, value]) => [key, Config.succeed(value)])),
-        table: Config.string("OUTBOX_TABLE").pipe(Config.withDefault(options.transport?.table ?? PgTransport.defaultTable))
+        ...Object.fromEntries(
+          Object.entries(options.transport ?? {}).map(([key, value]) => [key, Config.succeed(value)])
+        ),
+        table: Config.string("OUTBOX_TABLE").pipe(
+          Config.withDefault(options.transport?.table ?? PgTransport.defaultTable)
+        )
       } as Config.Config.Wrap<PgTransport.Options>
       if (options.amqp === undefined) return PgTransport.layerConfig(pg)
       const { url: explicit, ...amqp } = options.amqp
@@ -67,7 +74,8 @@ export const make = (options: CliOptions) => {
         })
     )
   )
-  const idempotencyLayer = (flag: Option.Option<Redacted.Redacted>) => idempotencyOnly.pipe(Layer.provide(database(flag)))
+  const idempotencyLayer = (flag: Option.Option<Redacted.Redacted>) =>
+    idempotencyOnly.pipe(Layer.provide(database(flag)))
 
   const withTransport = <A, E, R>(flag: Option.Option<Redacted.Redacted>, self: Effect.Effect<A, E, R>) =>
     Effect.provide(self, transportLayer(flag))

@@ -14,8 +14,8 @@ import * as Headers from "../../domain/Headers.js"
 import type { TransportShape } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
 import type { Environment } from "./environment.js"
-import { all, classFilter, dsn, fail, failureTransport, force, format, ids, positive, verbose } from "./options.js"
 import { oneLine, renderTable, truncate } from "./format.js"
+import { all, classFilter, dsn, fail, failureTransport, force, format, ids, positive, verbose } from "./options.js"
 import { describeFailed, printFailed } from "./render.js"
 
 /** @internal */
@@ -154,7 +154,9 @@ export const make = ({ opened, withTransport }: Environment) => {
       onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
           const admin = yield* TransportAdmin
-          const plan: Array<{ readonly message: StoredMessage; readonly to: string; readonly headers: Headers.Headers }> = []
+          const plan: Array<
+            { readonly message: StoredMessage; readonly to: string; readonly headers: Headers.Headers }
+          > = []
           for (const message of messages) {
             const headers = Headers.decode(message.headers)
             if (Either.isLeft(headers)) {
@@ -195,7 +197,6 @@ export const make = ({ opened, withTransport }: Environment) => {
           yield* Console.log(`[OK] ${removed} message(s) removed.`)
         }))
   ).pipe(Command.withDescription("Delete failed messages"))
-
 
   return { failedShow, failedRetry, failedRemove }
 }

@@ -4,8 +4,7 @@ export const renderTable = (
   rows: ReadonlyArray<ReadonlyArray<string>>
 ): string => {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
-  const line = (cells: ReadonlyArray<string>) =>
-    cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ").trimEnd()
+  const line = (cells: ReadonlyArray<string>) => cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ").trimEnd()
   const rule = widths.map((w) => "-".repeat(w)).join("-+-")
   return [line(header), rule, ...rows.map(line)].join("\n")
 }
@@ -26,8 +25,7 @@ export const formatAge = (ms: number | null): string => {
 }
 
 /** @internal */
-export const truncate = (text: string, max: number): string =>
-  text.length <= max ? text : `${text.slice(0, max - 1)}…`
+export const truncate = (text: string, max: number): string => text.length <= max ? text : `${text.slice(0, max - 1)}…`
 
 /** Parses `128M`-style sizes (K, M, G: powers of 1024; plain number: bytes). @internal */
 export const parseBytes = (input: string): number | undefined => {
@@ -46,12 +44,27 @@ export const parseDurationMs = (input: string): number | undefined => {
   const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(input)
   if (match === null) return undefined
   const units: Record<string, number> = {
-    "ms": 1, "millis": 1, "milliseconds": 1,
-    "": 1000, "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
-    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000
+    "ms": 1,
+    "millis": 1,
+    "milliseconds": 1,
+    "": 1000,
+    "s": 1000,
+    "sec": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+    "w": 604_800_000,
+    "week": 604_800_000,
+    "weeks": 604_800_000
   }
   const unit = units[match[2]!.toLowerCase()]
   return unit === undefined ? undefined : Number(match[1]) * unit

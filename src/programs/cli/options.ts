@@ -41,7 +41,9 @@ export const ids = Args.text({ name: "id" }).pipe(Args.repeated)
 export const positive = (name: string) =>
   Options.integer(name).pipe(
     Options.mapEffect((n) =>
-      n > 0 ? Effect.succeed(n) : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--${name} must be > 0, got ${n}`)))
+      n > 0
+        ? Effect.succeed(n)
+        : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--${name} must be > 0, got ${n}`)))
     )
   )
 
@@ -50,9 +52,10 @@ export const memoryLimit = Options.text("memory-limit").pipe(
   Options.mapEffect((text) => {
     const bytes = parseBytes(text)
     return bytes === undefined
-      ? Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--memory-limit: expected a size such as 128M, got ${text}`)))
+      ? Effect.fail(
+        ValidationError.invalidValue(HelpDoc.p(`--memory-limit: expected a size such as 128M, got ${text}`))
+      )
       : Effect.succeed(bytes)
   }),
   Options.optional
 )
-

@@ -109,7 +109,7 @@ export const requeue = (acks: Acks, name: string, ids: ReadonlyArray<string>): v
 }
 
 /** A batch begins: its finished messages are written by the writer once it has run `ackInterval`. @internal */
-export const batchStarted = (acks: Acks, size: number): (() => void) => {
+export const batchStarted = (acks: Acks, size: number): () => void => {
   acks.batchStartedAt = Date.now()
   if (!acks.rideOnClaims || size <= 1) return noop
   const timer = setTimeout(() => wakeWriter(acks), ackIntervalMs)

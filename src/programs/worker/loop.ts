@@ -89,11 +89,14 @@ export const run = (state: RunState) => {
         const ahead = prefetched.get(name)
         // Claimed rows are "in hand" until the batch takes them: an interruption in between releases them.
         const batch = yield* Effect.uninterruptibleMask((restore) =>
-          Effect.map(ahead === undefined ? claim(name, size) : Effect.flatten(restore(Fiber.await(ahead))), (claimed) => {
-            prefetched.delete(name)
-            if (claimed.messages.length > 0) inHand = { name, rows: claimed.messages }
-            return claimed.messages
-          })
+          Effect.map(
+            ahead === undefined ? claim(name, size) : Effect.flatten(restore(Fiber.await(ahead))),
+            (claimed) => {
+              prefetched.delete(name)
+              if (claimed.messages.length > 0) inHand = { name, rows: claimed.messages }
+              return claimed.messages
+            }
+          )
         )
         if (batch.length === 0) continue
         found = true

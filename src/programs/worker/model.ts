@@ -16,7 +16,12 @@ import type * as Headers from "../../domain/Headers.js"
  */
 export type WorkerEvent = Data.TaggedEnum<{
   /** Every handler succeeded; the message is acked. */
-  Handled: { readonly transport: string; readonly messageId: string; readonly type: string; readonly durationMs: number }
+  Handled: {
+    readonly transport: string
+    readonly messageId: string
+    readonly type: string
+    readonly durationMs: number
+  }
   /** A handler failed; the message comes back after `delayMs`. */
   Retried: {
     readonly transport: string

@@ -26,7 +26,8 @@ const nameOf = (table: string): string => (table.includes(".") ? table.split("."
  * acks — the messages come back and are delivered again — but never lose or invent a message. The worker asks
  * for it only when the claim is its own transaction, never inside a caller's.
  */
-const claimFunctionV3 = (t: string, fn: string) => `CREATE OR REPLACE FUNCTION ${fn}(
+const claimFunctionV3 = (t: string, fn: string) =>
+  `CREATE OR REPLACE FUNCTION ${fn}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
 ) RETURNS TABLE (
   id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int
@@ -63,7 +64,8 @@ $claim$`
  * (NULL when none waits): the first unclaimed row (delayed, or already due: then "now") and the earliest lease
  * of the in-flight rows, both through the claim index. An idle worker's poll is one round trip.
  */
-const claimFunctionV4 = (t: string, fn: string) => `CREATE OR REPLACE FUNCTION ${fn}(
+const claimFunctionV4 = (t: string, fn: string) =>
+  `CREATE OR REPLACE FUNCTION ${fn}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
 ) RETURNS TABLE (
   id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int
