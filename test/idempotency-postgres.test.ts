@@ -25,7 +25,7 @@ import * as Handlers from "../src/services/Handlers.js"
 import * as IdempotencyStore from "../src/services/IdempotencyStore.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { createDatabase } from "./support/database.js"
-import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
+import { awaitLockWaiter, outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
 
 let url = ""
@@ -49,18 +49,6 @@ const fixture = (options: Omit<PgIdempotencyStore.Options, "table"> = {}) =>
       Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(what)}`, (rows) => rows[0]!.n)
     return { sql, table, invoices, store, issue, count }
   })
-
-/** Waits until some backend of this database waits on a lock (a blocked INSERT … ON CONFLICT). */
-const awaitLockWaiter = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  for (let i = 0; i < 500; i++) {
-    const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock'`
-    if (rows[0]!.n > 0) return
-    yield* Effect.sleep("10 millis")
-  }
-  return yield* Effect.dieMessage("no backend ever waited on a lock")
-})
 
 const drain = (options: Partial<Worker.WorkerOptions> = {}) =>
   Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis", ...options })

@@ -7,28 +7,15 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as TestServices from "effect/TestServices"
 import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
 import type { IdempotencyStoreShape } from "../src/services/IdempotencyStore.js"
 import { exerciseIdempotencyStore } from "../src/testing/IdempotencyStoreSuite.js"
 import { freshDatabase } from "./support/database.js"
-import { uniqueTable } from "./support/harness.js"
+import { awaitLockWaiter, uniqueTable } from "./support/harness.js"
 
 interface PgStore extends IdempotencyStoreShape {
   readonly table: string
 }
-
-/** Until some session of this database waits on a lock (a blocked `INSERT … ON CONFLICT`); real time. */
-const awaitLockWaiter = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  for (let i = 0; i < 500; i++) {
-    const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock'`
-    if (rows[0]!.n > 0) return
-    yield* Effect.sleep("10 millis")
-  }
-  return yield* Effect.dieMessage("no session ever waited on a lock")
-}).pipe(TestServices.provideLive)
 
 exerciseIdempotencyStore("PgIdempotencyStore", {
   layer: freshDatabase(),

@@ -114,7 +114,7 @@ export function handler<A extends Tagged, I, E, R>(
 }
 
 /**
- * A registered handler with its services already provided.
+ * A registered handler.
  *
  * @since 0.1.0
  * @category models
@@ -122,10 +122,9 @@ export function handler<A extends Tagged, I, E, R>(
 export interface RegisteredHandler {
   readonly name: string
   readonly fromTransport: string | undefined
-  readonly handle: (message: Tagged, envelope: Envelope) => Effect.Effect<void, unknown>
   /**
-   * The same handler without its services: cheaper per call, for callers that run many messages inside
-   * one `HandlersShape.provide` (the worker does, once per batch). Outside it, the services are missing.
+   * Runs the handler (through the idempotency store when it is idempotent). Its services are not provided
+   * here: run it inside `HandlersShape.provide` (the worker's runner fiber provides them once for its life).
    */
   readonly run: (message: Tagged, envelope: Envelope) => Effect.Effect<void, unknown>
 }
@@ -213,11 +212,7 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       list.push({
         name,
         fromTransport: h.fromTransport,
-        run,
-        // The services captured when the registry was built replace the caller's: one FiberRef swap per call,
-        // not a context merge.
-        handle: (message, envelope) =>
-          Effect.mapInputContext(run(message, envelope), () => context as Context.Context<never>)
+        run
       })
       byType.set(tag, list)
     }

@@ -55,6 +55,9 @@ const outgoing = (n: number, delayMs = 0, type = "Test"): OutgoingMessage => ({
   delayMs
 })
 
+/** Messages 1 to 5, ready now. */
+const five = (): ReadonlyArray<OutgoingMessage> => [1, 2, 3, 4, 5].map((n) => outgoing(n))
+
 const numbers = (rows: ReadonlyArray<{ readonly body: string }>) => rows.map((r) => JSON.parse(r.body).n as number)
 
 const stamped = (stamp: string) => new Headers.Headers({ type: "Test", custom: { stamp } })
@@ -132,12 +135,7 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
 
       when("claims at most batchSize, and never a message leased to another claimer", {}, (t) =>
         Effect.gen(function*() {
-          yield* t.send(
-            "outbox",
-            [1, 2, 3, 4, 5].map((n) =>
-              outgoing(n)
-            )
-          )
+          yield* t.send("outbox", five())
           yield* Effect.scoped(Effect.gen(function*() {
             const session = yield* t.open(["outbox"])
             expect(numbers((yield* session.claim("outbox", 2, [])).messages)).toEqual([1, 2])
@@ -149,7 +147,11 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
 
       when("concurrent claimers get disjoint messages", {}, (t) =>
         Effect.gen(function*() {
-          yield* t.send("outbox", Array.from({ length: 40 }, (_, i) => outgoing(i)))
+          yield* t.send(
+            "outbox",
+            Array.from({ length: 40 }, (_, i) =>
+              outgoing(i))
+          )
           const results = yield* Effect.scoped(Effect.gen(function*() {
             const session = yield* t.open(["outbox"])
             return yield* Effect.all(Array.from({ length: 8 }, () => session.claim("outbox", 7, [])), {
@@ -277,12 +279,7 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
         time: true
       }, (t, advance) =>
         Effect.gen(function*() {
-          yield* t.send(
-            "outbox",
-            [1, 2, 3, 4, 5].map((n) =>
-              outgoing(n)
-            )
-          )
+          yield* t.send("outbox", five())
           yield* Effect.scoped(Effect.gen(function*() {
             const session = yield* t.open(["outbox"])
             const first = (yield* session.claim("outbox", 2, [])).messages

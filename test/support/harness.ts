@@ -1,6 +1,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as TestServices from "effect/TestServices"
 import type { ReceivedMessage } from "../../src/domain/Envelope.js"
 import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../src/domain/Errors.js"
 import type { Routing } from "../../src/domain/Routing.js"
@@ -63,3 +64,15 @@ export const workerConnections = (state?: string) =>
         ${state === undefined ? sql.literal("") : sql`AND state = ${state}`}`).pipe(
       Effect.map((rows) => rows.map((r) => r.pid))
     )
+
+/** Until some session of this database waits on a lock (a blocked `INSERT … ON CONFLICT`); on real time. */
+export const awaitLockWaiter = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  for (let i = 0; i < 500; i++) {
+    const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock'`
+    if (rows[0]!.n > 0) return
+    yield* Effect.sleep("10 millis")
+  }
+  return yield* Effect.dieMessage("no session ever waited on a lock")
+}).pipe(TestServices.provideLive)

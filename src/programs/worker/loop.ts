@@ -107,6 +107,7 @@ export const run = (state: RunState) => {
         // A full batch says there is more: claim the next one now, so the database works while the handlers do.
         const next = Math.min(batchSize, remaining - batch.length)
         if (prefetch && batch.length >= size && next > 0) {
+          // A daemon: when the loop is interrupted its claim still completes, and `releaseAll` gives its rows back.
           prefetched.set(name, yield* Effect.forkDaemon(claim(name, next)))
           // Fibers run on microtasks: one turn of the event loop sends the claim now, not after the whole batch.
           yield* yieldToIo
