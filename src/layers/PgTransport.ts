@@ -137,10 +137,10 @@ export const make = (
      * already holds it, so the per-statement span, scope and checkout of `@effect/sql` buy nothing there
      * (see BENCHMARKS.md, dispatch). Outside a transaction, the pool.
      */
-    const exec = <A extends object>(statement: Effect.Effect<ReadonlyArray<A>, SqlError>) =>
+    const exec = <A extends object>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError> =>
       Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (tx) => {
         if (tx._tag === "None") return statement
-        const [text, params] = (statement as unknown as Statement.Statement<A>).compile()
+        const [text, params] = statement.compile()
         return tx.value[0].execute(text, params, undefined) as Effect.Effect<ReadonlyArray<A>, SqlError>
       })
 

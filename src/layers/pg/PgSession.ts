@@ -7,6 +7,7 @@
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import type * as Statement from "@effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -37,10 +38,8 @@ export interface SessionOptions {
   readonly wakeups: ReturnType<typeof PgWakeups.make>
   /** Whether sessions hold a connection of their own (the pool has room for one). */
   readonly ownConnection: boolean
-  readonly exec: <A extends object>(statement: Effect.Effect<ReadonlyArray<A>, SqlError>) => Effect.Effect<
-    ReadonlyArray<A>,
-    SqlError
-  >
+  /** Runs a statement on the caller's transaction connection when there is one, else on the pool. */
+  readonly exec: <A extends object>(statement: Statement.Statement<A>) => Effect.Effect<ReadonlyArray<A>, SqlError>
   readonly toError: (transport: string, operation: string, error: SqlError) => TransportError | StorageNotReadyError
 }
 

@@ -68,9 +68,9 @@ export const heldOf = (acks: Acks, name: string): Set<string> => {
 }
 
 /** Claimed by this worker: held (their leases renewed) until settled. @internal */
-export const hold = (acks: Acks, name: string, ids: Iterable<string>): void => {
+export const hold = (acks: Acks, name: string, messages: ReadonlyArray<{ readonly id: string }>): void => {
   const held = heldOf(acks, name)
-  for (const id of ids) held.add(id)
+  for (const message of messages) held.add(message.id)
 }
 
 /** Settled in storage (acked, retried, failed or released): no longer held. @internal */

@@ -41,7 +41,7 @@ export const run = (state: RunState) => {
         },
         onSuccess: (claimed) => {
           if (ids.length > 0) Acks.settled(acks, name, ids)
-          if (claimed.messages.length > 0) Acks.hold(acks, name, claimed.messages.map((row) => row.id))
+          if (claimed.messages.length > 0) Acks.hold(acks, name, claimed.messages)
           else due.set(name, claimed.nextDue)
           return claimed
         }
