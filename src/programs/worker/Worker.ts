@@ -42,7 +42,8 @@ const restartSchedule = Schedule.exponential("100 millis").pipe(
 /**
  * Runs the worker until a limit stops it (or forever). Storage failures — the database down, connections
  * killed — are logged and the loop restarts with exponential backoff (100 ms up to 10 s); writes of outcomes
- * are retried for up to a minute, so a database restart loses and repeats nothing. Interrupted (SIGTERM/SIGINT
+ * are retried for `settleTimeout` (a minute), so a database restart loses and repeats nothing; a write that gives
+ * up leaves its messages to their lease (they are no longer renewed) and they come back. Interrupted (SIGTERM/SIGINT
  * under `NodeRuntime.runMain`), it lets in-flight handlers finish within `shutdownTimeout`, records their
  * outcomes, and releases the messages it claimed but did not start.
  *
@@ -71,7 +72,11 @@ export const run = (
     const capabilities = session.transports.map((name) => Option.getOrUndefined(transport.capabilities(name)))
     // With one transport the next claim always follows the batch; with several it may be another transport's.
     const rideOnClaims = session.transports.length === 1 && capabilities[0]?.ackWithClaim === true
-    const acks = yield* Acks.make(session.transports, rideOnClaims)
+    const acks = yield* Acks.make(
+      session.transports,
+      rideOnClaims,
+      Duration.decode(options.settleTimeout ?? "1 minute")
+    )
     const state: RunState = {
       options,
       transport,

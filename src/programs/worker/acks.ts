@@ -15,11 +15,33 @@ import type { TransportShape } from "../../services/Transport.js"
 /** How often finished messages are acked while the rest of a batch runs. */
 const ackIntervalMs = 25
 
-/** Writes of outcomes survive a short database outage (a restart, killed connections). @internal */
-export const storageRetry = Schedule.exponential("50 millis").pipe(
-  Schedule.union(Schedule.spaced("2 seconds")),
-  Schedule.upTo("1 minute")
-)
+/**
+ * Writes of outcomes survive a short database outage (a restart, killed connections): retried quickly at first,
+ * then every 2 seconds, for `settleTimeout`. @internal
+ */
+export const storageRetry = (settleTimeout: Duration.Duration) =>
+  Schedule.exponential("50 millis").pipe(
+    Schedule.union(Schedule.spaced("2 seconds")),
+    Schedule.upTo(settleTimeout)
+  )
+
+/**
+ * Runs a write that settles `ids` in storage, retried through an outage for the run's `settleTimeout`. Whatever
+ * its end, the ids are no longer held: written, they are settled; given up, they must not keep their leases
+ * renewed, so they come back after one lease — to another worker, or to this one.
+ *
+ * @internal
+ */
+export const settle = <A, E extends { readonly _tag: string }, R>(
+  acks: Acks,
+  name: string,
+  ids: ReadonlyArray<string>,
+  write: Effect.Effect<A, E, R>
+): Effect.Effect<A, E, R> =>
+  write.pipe(
+    Effect.retry({ schedule: acks.writeRetry, while: (error) => error._tag === "TransportError" }),
+    Effect.ensuring(Effect.sync(() => settled(acks, name, ids)))
+  )
 
 /** @internal */
 export interface Acks {
@@ -41,10 +63,16 @@ export interface Acks {
   batchStartedAt: number
   /** The writer was signalled and has not gone back to waiting. */
   writerAwake: boolean
+  /** How writes that settle messages are retried through a storage outage. */
+  readonly writeRetry: Schedule.Schedule<unknown>
 }
 
 /** @internal */
-export const make = (names: ReadonlyArray<string>, rideOnClaims: boolean): Effect.Effect<Acks> =>
+export const make = (
+  names: ReadonlyArray<string>,
+  rideOnClaims: boolean,
+  settleTimeout: Duration.Duration
+): Effect.Effect<Acks> =>
   Effect.map(Queue.sliding<void>(1), (pending) => ({
     held: new Map(names.map((name) => [name, new Set<string>()])),
     queued: new Map(names.map((name) => [name, []])),
@@ -54,7 +82,8 @@ export const make = (names: ReadonlyArray<string>, rideOnClaims: boolean): Effec
     interruptWait: undefined,
     rideOnClaims,
     batchStartedAt: 0,
-    writerAwake: false
+    writerAwake: false,
+    writeRetry: storageRetry(settleTimeout)
   }))
 
 /** The claimed, unsettled messages of a transport. @internal */
@@ -156,7 +185,7 @@ const waitOrUrgent = (acks: Acks, ms: number): Effect.Effect<boolean> =>
 /**
  * Writes the queued acks (of every transport, or of those whose oldest ack waited the interval), one statement
  * per transport. Uninterruptible: ids taken from the queue are written, or fail to a storage outage (the
- * messages come back after their lease) — never dropped by an interruption.
+ * messages are no longer held and come back after their lease) — never dropped by an interruption.
  *
  * @internal
  */
@@ -165,10 +194,7 @@ export const flush = (acks: Acks, transport: TransportShape, dueOnly = false) =>
     if (dueOnly && Date.now() - (acks.since.get(name) ?? 0) < ackIntervalMs) return Effect.void
     const ids = take(acks, name)
     if (ids.length === 0) return Effect.void
-    return transport.ack(name, ids).pipe(
-      Effect.retry({ schedule: storageRetry, while: (error) => error._tag === "TransportError" }),
-      Effect.tap(() => settled(acks, name, ids))
-    )
+    return settle(acks, name, ids, transport.ack(name, ids))
   }, { discard: true }).pipe(Effect.uninterruptible)
 
 /** The background ack writer. @internal */
@@ -185,7 +211,7 @@ export const writer = (acks: Acks, transport: TransportShape) =>
         const urgent = wait > 0 ? yield* waitOrUrgent(acks, wait) : acks.urgent
         acks.urgent = false
         yield* flush(acks, transport, !urgent).pipe(
-          Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages will come back", error))
+          Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages come back after their lease", error))
         )
       }
     }

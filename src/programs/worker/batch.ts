@@ -28,10 +28,10 @@ import type { RunState } from "./state.js"
  * @internal
  */
 export const giveBack = (acks: Acks.Acks, transport: TransportShape, name: string, ids: ReadonlyArray<string>) =>
-  ids.length === 0 ? Effect.void : transport.release(name, ids).pipe(
-    Effect.retry({ schedule: Acks.storageRetry, while: (error) => error._tag === "TransportError" }),
-    Effect.tap(() => Acks.settled(acks, name, ids)),
-    Effect.catchAll(() => Effect.void)
+  ids.length === 0 ? Effect.void : Acks.settle(acks, name, ids, transport.release(name, ids)).pipe(
+    Effect.catchAll((error) =>
+      Effect.logWarning("outbox worker: release failed, the messages come back after their lease", error)
+    )
   )
 
 /** Writes a retry or a move to the failure queue, then logs it and reports it. */
@@ -46,10 +46,8 @@ const write = (
   const stored = retry
     ? transport.retry(row, { delay: outcome.delay, headers: outcome.headers })
     : transport.fail(row, outcome.headers)
-  return stored.pipe(
-    Effect.retry({ schedule: Acks.storageRetry, while: (error) => error._tag === "TransportError" }),
+  return Acks.settle(acks, row.transport, [row.id], stored).pipe(
     Effect.zipRight(Effect.suspend(() => {
-      Acks.settled(acks, row.transport, [row.id])
       const error = `${outcome.error.tag}: ${outcome.error.message}`
       if (retry) {
         limits.counts.retried++
@@ -131,7 +129,7 @@ export const process = (
             durationMs
           }))
         default:
-          // Outcome writes end in a storage failure only after a minute of retries: the loop restarts then.
+          // Outcome writes end in a storage failure only after `settleTimeout` of retries: the loop restarts then.
           return write(state, row, outcome, durationMs)
       }
     }

@@ -86,6 +86,12 @@ export interface WorkerOptions {
    * before they are interrupted and their messages released (default 30 seconds).
    */
   readonly shutdownTimeout?: Duration.DurationInput
+  /**
+   * How long a write that settles messages (an ack, a retry, a move to the failure queue, a release) is retried
+   * through a storage outage (default 1 minute). A write that gives up stops holding its messages: their leases
+   * are no longer renewed, and they come back after one lease, to this worker or another.
+   */
+  readonly settleTimeout?: Duration.DurationInput
   /** Called after each outcome is recorded. */
   readonly onEvent?: (event: WorkerEvent) => Effect.Effect<void>
   /**
