@@ -6,6 +6,7 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import { cut, guardStack, maxJsonDepth, maxMessageLength, maxNameLength, nestedDeeperThan } from "../internal/text.js"
 import { MessageDecodeError } from "./Errors.js"
 
 /**
@@ -91,12 +92,15 @@ export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> 
   const cached = decodedCache.get(raw)
   if (cached !== undefined) return cached
   const decoded = decodeUncached(raw)
+  if (raw.length > maxCachedLength) return decoded
   if (decodedCache.size >= 1024) decodedCache.clear()
   decodedCache.set(raw, decoded)
   return decoded
 }
 
-/** Headers repeat (most messages carry only their type): decoded ones are kept, by their text. */
+/** Headers repeat (most messages carry only their type): decoded ones are kept, by their text, when short. */
+const maxCachedLength = 4096
+
 const decodedCache = new Map<string, Either.Either<Headers, MessageDecodeError>>()
 
 const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError> => {
@@ -105,15 +109,23 @@ const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError>
     const type = raw.slice(9, raw.length - 2)
     if (!type.includes("\\")) return Either.right(new Headers({ type }, true))
   }
-  return decodeJson(raw).pipe(
-    Either.mapLeft((error) => {
-      const type = guessType(raw)
-      return new MessageDecodeError({
+  const corrupt = (message: string, type: string | undefined) =>
+    Either.left(
+      new MessageDecodeError({
         reason: "CorruptHeaders",
-        ...(type === undefined ? {} : { type }),
-        message: `Headers cannot be decoded: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+        ...(type === undefined ? {} : { type: cut(type, maxNameLength) }),
+        message: cut(`Headers cannot be decoded: ${message}`, maxMessageLength)
       })
-    })
+    )
+  if (nestedDeeperThan(raw, maxJsonDepth)) {
+    return corrupt(`they nest arrays or objects deeper than ${maxJsonDepth} levels`, guessType(raw))
+  }
+  return guardStack(
+    () =>
+      decodeJson(raw).pipe(
+        Either.orElse((error) => corrupt(ParseResult.TreeFormatter.formatErrorSync(error), guessType(raw)))
+      ),
+    () => corrupt("they are too large or too deeply nested to be checked", guessType(raw))
   )
 }
 

@@ -7,7 +7,10 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import * as Text from "../internal/text.js"
 import { MessageDecodeError, MessageEncodeError } from "./Errors.js"
+
+const { cut, guardStack, maxMessageLength, maxNameLength, nestedDeeperThan } = Text
 
 /**
  * Any message value: a tagged object.
@@ -138,7 +141,9 @@ const sameInstance = (a: object, b: object): boolean => {
 }
 
 /**
- * Decodes a stored JSON body with the message class registered for its type.
+ * Decodes a stored JSON body with the message class registered for its type. A body that is not JSON, nests
+ * deeper than `maxJsonDepth` levels or does not satisfy the schema is a `MessageDecodeError` whose message is
+ * bounded (`maxMessageLength`); decoding never throws.
  *
  * @since 0.1.0
  * @category codec
@@ -147,25 +152,33 @@ export const decodeBody = <A extends Tagged>(
   schema: MessageClass<A>,
   body: string
 ): Either.Either<A, MessageDecodeError> => {
+  const corrupt = (message: string) =>
+    Either.left(new MessageDecodeError({ reason: "CorruptBody", type: cut(schema._tag, maxNameLength), message }))
+  if (nestedDeeperThan(body, maxJsonDepth)) {
+    return corrupt(`Body nests arrays or objects deeper than ${maxJsonDepth} levels`)
+  }
   let json: unknown
   try {
     json = JSON.parse(body)
   } catch (error) {
-    return Either.left(
-      new MessageDecodeError({
-        reason: "CorruptBody",
-        type: schema._tag,
-        message: `Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`
-      })
-    )
+    return corrupt(cut(`Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`, maxMessageLength))
   }
-  return decoderOf(schema)(json).pipe(
-    Either.mapLeft((error) =>
-      new MessageDecodeError({
-        reason: "InvalidBody",
-        type: schema._tag,
-        message: ParseResult.TreeFormatter.formatErrorSync(error)
-      })
-    )
+  const invalid = (message: string) =>
+    new MessageDecodeError({ reason: "InvalidBody", type: cut(schema._tag, maxNameLength), message })
+  return guardStack(
+    () =>
+      decoderOf(schema)(json).pipe(
+        Either.mapLeft((error) => invalid(cut(ParseResult.TreeFormatter.formatErrorSync(error), maxMessageLength)))
+      ),
+    () => Either.left(invalid("Body is too large or too deeply nested to be checked against its schema"))
   )
 }
+
+/**
+ * Arrays and objects in a stored body or headers nest at most this deep; deeper ones are corrupt (decoding
+ * and reporting them would overflow the stack).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const maxJsonDepth: number = Text.maxJsonDepth

@@ -21,6 +21,7 @@
 import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Option from "effect/Option"
+import * as Text from "../internal/text.js"
 import {
   type MessageDecodeError,
   type NoHandlerForMessageError,
@@ -112,7 +113,18 @@ export const release: Outcome = { _tag: "Release" }
 export const maxCauseLength = 4000
 
 /**
- * Describes a failure for the headers: tag, message and the cause with its stack, bounded.
+ * The longest error message kept in the headers (and in events and logs); a longer one is cut and says so.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const maxMessageLength: number = Text.maxMessageLength
+
+/**
+ * Describes a failure for the headers: tag, message and the cause with its stack, each bounded (`maxNameLength`
+ * characters of tag, `maxMessageLength` of message, `maxCauseLength` of cause; a cut says so). The message and
+ * the cause carry the error's own `cause` chain — a driver's error under a `SqlError` — so the database's words
+ * are kept.
  *
  * @since 0.1.0
  * @category utils
@@ -125,15 +137,56 @@ export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails 
     : Option.isSome(failure)
     ? "Failure"
     : "Defect"
-  const message = typeof value === "object" && value !== null && "message" in value
-    ? String((value as { message: unknown }).message)
-    : String(value)
-  const pretty = Cause.pretty(cause)
+  const chain = causeChain(value)
+  const message = [messageOf(value), ...chain.map(messageOf)]
+    .filter((text, i, all) => text.length > 0 && all.indexOf(text) === i)
+    .join(": ")
+  const pretty = [prettyOf(cause), ...chain.map((inner) => `Caused by: ${describe(inner)}`)].join("\n")
   return new Headers.ErrorDetails({
-    tag: Option.isSome(failure) ? tag : Cause.isInterruptedOnly(cause) ? "Interrupted" : tag,
-    message,
-    cause: pretty.length > maxCauseLength ? `${pretty.slice(0, maxCauseLength)}…` : pretty
+    tag: Text.cut(Option.isSome(failure) ? tag : Cause.isInterruptedOnly(cause) ? "Interrupted" : tag, Text.maxNameLength),
+    message: Text.cut(message, Text.maxMessageLength),
+    cause: Text.cut(pretty, maxCauseLength)
   })
+}
+
+/** How deep an error's `cause` chain is followed. */
+const maxCauseDepth = 5
+
+/** The errors under `value` through their `cause` fields (a driver's error under a `SqlError`), nearest first. */
+const causeChain = (value: unknown): Array<unknown> => {
+  const chain: Array<unknown> = []
+  let current = value
+  while (chain.length < maxCauseDepth && typeof current === "object" && current !== null && "cause" in current) {
+    const next = (current as { cause: unknown }).cause
+    if (next === undefined || next === null || next === current || chain.includes(next)) break
+    chain.push(next)
+    current = next
+  }
+  return chain
+}
+
+/** `Cause.pretty`, unless the failure cannot be rendered (a throwing `toString`, a value nested too deep). */
+const prettyOf = (cause: Cause.Cause<unknown>): string => {
+  try {
+    return Cause.pretty(cause)
+  } catch {
+    return "(the cause cannot be rendered)"
+  }
+}
+
+const messageOf = (value: unknown): string => {
+  try {
+    return typeof value === "object" && value !== null && "message" in value
+      ? String((value as { message: unknown }).message)
+      : String(value)
+  } catch {
+    return "(an error that cannot be shown)"
+  }
+}
+
+const describe = (value: unknown): string => {
+  const stack = value instanceof Error ? value.stack : undefined
+  return typeof stack === "string" && stack.length > 0 ? stack : messageOf(value)
 }
 
 /**

@@ -57,7 +57,7 @@ export const make = ({ opened, withTransport }: Environment) => {
               ? Console.log(JSON.stringify(Object.fromEntries(rows), null, 2))
               : rows.length === 0
               ? Console.log("[OK] No failed messages were found.")
-              : Console.log(renderTable(["Class", "Count"], rows.map(([t, n]) => [t, String(n)])))
+              : Console.log(renderTable(["Class", "Count"], rows.map(([t, n]) => [truncate(t, 80), String(n)])))
           }
           const messages = yield* admin.list(o.transport, { max: o.max, type: typeFilter })
           const summaries = messages.map((m) => describeFailed(m, false))
@@ -72,7 +72,7 @@ export const make = ({ opened, withTransport }: Environment) => {
           yield* Console.log(
             renderTable(
               ["Id", "Class", "Failed at", "Error"],
-              summaries.map((d) => [d.id, d.type, d.failedAt, truncate(oneLine(d.error), 100)])
+              summaries.map((d) => [d.id, truncate(d.type, 60), d.failedAt, truncate(oneLine(d.error), 100)])
             )
           )
           if (summaries.length === o.max) yield* Console.log(`Showing first ${o.max} messages.`)

@@ -8,6 +8,8 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import type { StoredMessage } from "../../domain/Envelope.js"
 import * as Headers from "../../domain/Headers.js"
+import { maxCauseLength } from "../../domain/Outcome.js"
+import { cut, maxJsonDepth, maxMessageLength, maxNameLength, nestedDeeperThan } from "../../internal/text.js"
 import { formatAge, formatTime, oneLine, renderTable, truncate } from "./format.js"
 
 export interface FailedDetails {
@@ -29,8 +31,12 @@ export const describeFailed = (m: StoredMessage, verbose: boolean): FailedDetail
   const decoded = Headers.decode(m.headers)
   const headers = Either.getOrUndefined(decoded)
   const details = headers?.errorDetails
-  const errorTag = details?.tag ?? (headers === undefined ? "MessageDecodeError" : "(unknown)")
-  const errorMessage = details?.message ?? (headers === undefined ? "The headers could not be decoded." : "")
+  // Reasons written by older versions (or by hand) may be of any length: what is shown is bounded.
+  const errorTag = cut(details?.tag ?? (headers === undefined ? "MessageDecodeError" : "(unknown)"), maxNameLength)
+  const errorMessage = cut(
+    details?.message ?? (headers === undefined ? "The headers could not be decoded." : ""),
+    maxMessageLength
+  )
   const base: FailedDetails = {
     id: m.id,
     type: headers?.type ?? "(undecodable)",
@@ -43,18 +49,21 @@ export const describeFailed = (m: StoredMessage, verbose: boolean): FailedDetail
     retries: (headers?.redeliveries ?? []).map((r) => ({
       retry: r.retryCount,
       delayMs: r.delayMs,
-      error: `${r.errorTag}: ${r.errorMessage}`
+      error: `${cut(r.errorTag, maxNameLength)}: ${cut(r.errorMessage, maxMessageLength)}`
     }))
   }
   if (!verbose) return base
+  // A body nested too deep to print as JSON is shown raw.
   let body: unknown = m.body
-  let bodyDecodable = true
-  try {
-    body = JSON.parse(m.body)
-  } catch {
-    bodyDecodable = false
+  let bodyDecodable = !nestedDeeperThan(m.body, maxJsonDepth)
+  if (bodyDecodable) {
+    try {
+      body = JSON.parse(m.body)
+    } catch {
+      bodyDecodable = false
+    }
   }
-  return { ...base, cause: details?.cause ?? null, body, bodyDecodable }
+  return { ...base, cause: details?.cause === undefined ? null : cut(details.cause, 2 * maxCauseLength), body, bodyDecodable }
 }
 
 export const printFailed = (d: FailedDetails) =>
@@ -62,16 +71,18 @@ export const printFailed = (d: FailedDetails) =>
     yield* Console.log("Failed Message Details")
     yield* Console.log(renderTable(["Field", "Value"], [
       ["Id", d.id],
-      ["Class", d.type],
+      ["Class", truncate(d.type, 200)],
       ["Message Id", d.messageId],
       ["Failed at", d.failedAt],
       ["Error", truncate(oneLine(d.errorMessage), 200)],
-      ["Error Class", d.errorTag],
+      ["Error Class", truncate(d.errorTag, 200)],
       ["Transport", d.originalTransport ?? "(unknown)"]
     ]))
     yield* Console.log("Message history:")
     if (d.retries.length === 0) yield* Console.log("  (no retries)")
-    for (const r of d.retries) yield* Console.log(`  * retry #${r.retry} after ${formatAge(r.delayMs)}: ${r.error}`)
+    for (const r of d.retries) {
+      yield* Console.log(`  * retry #${r.retry} after ${formatAge(r.delayMs)}: ${truncate(oneLine(r.error), 200)}`)
+    }
     if (d.body === undefined) {
       yield* Console.log(`Re-run with -v to see the cause and the message body.`)
     } else {

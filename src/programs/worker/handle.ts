@@ -12,6 +12,7 @@ import * as Option from "effect/Option"
 import type { Envelope, ReceivedMessage } from "../../domain/Envelope.js"
 import { MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
+import { cut, maxNameLength } from "../../internal/text.js"
 import * as Message from "../../domain/Message.js"
 import type { MessageId } from "../../domain/MessageId.js"
 import * as Outcome from "../../domain/Outcome.js"
@@ -42,7 +43,9 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
       error: new MessageDecodeError({
         reason: "UnknownType",
         type: headers.type,
-        message: `Unknown message type ${JSON.stringify(headers.type)}: no message class is registered for it`
+        message: `Unknown message type ${
+          JSON.stringify(cut(headers.type, maxNameLength))
+        }: no message class is registered for it`
       })
     })
   }
@@ -55,7 +58,7 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
       error: new NoHandlerForMessageError({
         type: headers.type,
         transport: row.transport,
-        message: `No handler for ${headers.type} received from transport ${row.transport}`
+        message: `No handler for ${cut(headers.type, maxNameLength)} received from transport ${row.transport}`
       })
     })
   }
