@@ -41,7 +41,8 @@ describe("PostgreSQL setup", () => {
         [1, "create_messages"],
         [2, "claim_fillfactor"],
         [3, "claim_function"],
-        [4, "claim_next_due"]
+        [4, "claim_next_due"],
+        [5, "claim_extreme_values"]
       ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns

@@ -11,8 +11,21 @@ import * as Schedule from "effect/Schedule"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 
 /**
- * The delay before retry number `attempt` (1-based) according to `schedule`, or `None` when the
- * schedule is done by then (give up). The schedule is stepped purely: nothing sleeps, no clock is read.
+ * The most recurrences of a schedule that are stepped to answer one question. Past it, the schedule's answer at
+ * this recurrence stands for every later attempt: a retry decision costs at most this many steps whatever the
+ * attempt number (a message retried for months, a delivery count set by hand to 2³¹ − 1).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const maxSteps = 1000
+
+/**
+ * The delay before retry number `attempt` (1-based) according to `schedule`, or `None` when the schedule is done
+ * by then (give up). The schedule is stepped purely: nothing sleeps, no clock is read. Attempts past `maxSteps`
+ * get the answer of attempt `maxSteps` — a backoff has reached its cap long before, a `Schedule.spaced` is
+ * constant, a `Schedule.recurs(n)` with `n < maxSteps` is done — so `Schedule.recurs(n)` with `n ≥ maxSteps`
+ * retries without end.
  *
  * @since 0.1.0
  * @category constructors
@@ -24,13 +37,14 @@ export const delayForAttempt = <Out, In, R>(
 ): Effect.Effect<Option.Option<Duration.Duration>, never, R> =>
   Effect.gen(function*() {
     if (!Number.isInteger(attempt) || attempt < 1) return Option.none()
+    const last = Math.min(attempt, maxSteps)
     let state = schedule.initial
     let now = 0
-    for (let i = 1; i <= attempt; i++) {
+    for (let i = 1; i <= last; i++) {
       const [next, , decision] = yield* schedule.step(now, input, state)
       if (decision._tag === "Done") return Option.none()
       const start = Math.max(now, ScheduleIntervals.start(decision.intervals))
-      if (i === attempt) return Option.some(Duration.millis(start - now))
+      if (i === last) return Option.some(Duration.millis(start - now))
       state = next
       now = start
     }

@@ -103,14 +103,15 @@ const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessa
   messageId: row.message_id,
   body: row.body,
   headers: row.headers,
-  createdAt: row.created_at,
-  availableAt: row.available_at,
-  deliveredAt: row.delivered_at ?? null,
+  createdAt: Statements.dateOf(row.created_ms),
+  availableAt: Statements.dateOf(row.available_ms),
+  deliveredAt: row.delivered_ms === null ? null : Statements.dateOf(row.delivered_ms),
   deliveries: row.delivery_count
 })
 
-/** Transport ids are bigints: anything else names no row. */
-const isRowId = (id: string): boolean => /^\d{1,19}$/.test(id)
+/** Transport ids are positive bigints: anything else (a longer number too) names no row. */
+const isRowId = (id: string): boolean =>
+  /^\d{1,19}$/.test(id) && (id.length < 19 || id <= "9223372036854775807")
 
 /**
  * Builds the transport on the `SqlClient` in context. Every statement runs on the caller's connection: inside

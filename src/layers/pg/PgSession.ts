@@ -21,7 +21,7 @@ import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
 import * as HeldConnection from "../internal/heldConnection.js"
 import type * as PgWakeups from "./PgWakeups.js"
-import { claimCall, type ClaimedRow, type Statements } from "./sql/transport.js"
+import { claimCall, type ClaimedRow, dateOf, type Statements } from "./sql/transport.js"
 
 /** What the session needs of its transport. @internal */
 export interface Resolved {
@@ -101,8 +101,8 @@ const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
   body: row.body,
   headers: row.headers,
   // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
-  createdAt: new Date(row.created_ms),
-  availableAt: new Date(row.available_ms!),
+  createdAt: dateOf(row.created_ms),
+  availableAt: dateOf(row.available_ms!),
   deliveries: row.delivery_count
 })
 

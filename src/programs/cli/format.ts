@@ -16,6 +16,7 @@ export const formatTime = (date: Date | null): string =>
 /** @internal */
 export const formatAge = (ms: number | null): string => {
   if (ms === null) return "-"
+  if (!Number.isFinite(ms)) return ms > 0 ? "forever" : "-"
   if (ms < 1000) return `${Math.round(ms)}ms`
   const s = ms / 1000
   if (s < 60) return `${s.toFixed(1)}s`

@@ -103,6 +103,54 @@ BEGIN
 END
 $claim$`
 
+/**
+ * Migration 5: the claim holds against values no worker writes but another tool or a hand can. The next-due
+ * answer subtracts epochs, not timestamps, so an `infinity` in `available_at` or `delivered_at` is an infinite
+ * wait (`available_at = 'infinity'`: never due) instead of "cannot subtract infinite timestamps"; a row leased
+ * until `'infinity'` is claimable, as if its lease had run out; and the delivery count stops at the largest
+ * integer instead of overflowing, so a row at 2147483647 is still claimed (and judged poison by its count).
+ */
+const claimFunctionV5 = (t: string, fn: string) =>
+  `CREATE OR REPLACE FUNCTION ${fn}(
+  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
+) RETURNS TABLE (
+  id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int
+) LANGUAGE plpgsql AS $claim$
+#variable_conflict use_column
+BEGIN
+  IF relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  IF cardinality(acked) > 0 THEN
+    DELETE FROM ${t} AS done WHERE done.id = ANY(acked);
+  END IF;
+  RETURN QUERY
+  WITH next AS MATERIALIZED (
+    SELECT ready.id FROM ${t} AS ready
+    WHERE ready.queue_name = queue
+      AND ready.available_at <= now()
+      AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease_ms * interval '1 millisecond'
+        OR ready.delivered_at = 'infinity')
+    ORDER BY ready.available_at, ready.id
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED
+  )
+  UPDATE ${t} AS m SET delivered_at = now(),
+    delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+  WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
+  RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+    (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+    m.delivery_count;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
+      (SELECT available_at FROM ${t} WHERE queue_name = queue AND delivered_at IS NULL ORDER BY available_at LIMIT 1),
+      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND available_at <= now()
+        AND delivered_at IS NOT NULL) + lease_ms::float8 * interval '1 millisecond'
+    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int;
+  END IF;
+END
+$claim$`
+
 /** The migrations of a table, in order, for `Migrator.make`. @internal */
 export const loader = (table: string) => {
   const t = quote(table)
@@ -155,6 +203,10 @@ export const loader = (table: string) => {
     "4_claim_next_due": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       yield* sql.unsafe(claimFunctionV4(t, fn))
+    }),
+    "5_claim_extreme_values": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql.unsafe(claimFunctionV5(t, fn))
     })
   })
 }

@@ -8,17 +8,28 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import type * as Statement from "@effect/sql/Statement"
 import { claimFunction, quote } from "./identifiers.js"
 
-/** A row as the operator statements read it. @internal */
+/** A row as the operator statements read it; times in epoch milliseconds (see `dateOf`). @internal */
 export interface StoredRow {
   readonly id: string
   readonly message_id: string
   readonly body: string
   readonly headers: string
-  readonly created_at: Date
-  readonly available_at: Date
-  readonly delivered_at?: Date | null
+  readonly created_ms: number
+  readonly available_ms: number
+  readonly delivered_ms: number | null
   readonly delivery_count: number
 }
+
+/** The largest time a `Date` holds. */
+const maxDateMs = 8.64e15
+
+/**
+ * A time read as epoch milliseconds: an `infinity` stored by hand becomes the largest (or smallest) `Date`, never
+ * an invalid one that throws when formatted.
+ *
+ * @internal
+ */
+export const dateOf = (ms: number): Date => new Date(Math.min(maxDateMs, Math.max(-maxDateMs, ms)))
 
 /** A row of the claim function: a leased message, or — `id` NULL — "nothing; next due in `available_ms`". @internal */
 export interface ClaimedRow {
@@ -63,7 +74,10 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
   const t = sql(table)
   const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
   const columns = sql.literal(
-    "id::text AS id, message_id::text AS message_id, body, headers, created_at, available_at, delivered_at, delivery_count"
+    "id::text AS id, message_id::text AS message_id, body, headers, " +
+      "(extract(epoch FROM created_at) * 1000)::float8 AS created_ms, " +
+      "(extract(epoch FROM available_at) * 1000)::float8 AS available_ms, " +
+      "(extract(epoch FROM delivered_at) * 1000)::float8 AS delivered_ms, delivery_count"
   )
   /** `pg_notify` once per statement, piggy-backed on it (no extra round trip); delivered at commit. */
   const notifying = (queue: string, statement: Statement.Fragment) =>
@@ -130,15 +144,19 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
         WHERE id = ${id}::bigint AND queue_name = ${fromQueue}`
       ),
     stats: (queue: string, failureQueue: string, leaseMs: number) =>
+      // As the claim counts them (migration 5): a lease until 'infinity' is over; epochs are subtracted, not
+      // timestamps, so an infinite `available_at` gives an infinite age instead of an error.
       sql<StatsRow>`SELECT
           count(*) FILTER (WHERE queue_name = ${queue} AND available_at <= now()
-            AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)}))::int AS ready,
+            AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)} OR delivered_at = 'infinity'))::int AS ready,
           count(*) FILTER (WHERE queue_name = ${queue} AND available_at > now()
             AND delivered_at IS NULL)::int AS delayed,
-          count(*) FILTER (WHERE queue_name = ${queue} AND delivered_at >= ${lease(leaseMs)})::int AS in_flight,
+          count(*) FILTER (WHERE queue_name = ${queue} AND delivered_at >= ${lease(leaseMs)}
+            AND delivered_at <> 'infinity')::int AS in_flight,
           count(*) FILTER (WHERE queue_name = ${failureQueue})::int AS failed,
-          (extract(epoch FROM now() - min(available_at) FILTER (WHERE queue_name = ${queue}
-            AND available_at <= now() AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)}))) * 1000)::float8
+          ((extract(epoch FROM now()) - extract(epoch FROM min(available_at) FILTER (WHERE queue_name = ${queue}
+            AND available_at <= now()
+            AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)} OR delivered_at = 'infinity')))) * 1000)::float8
             AS oldest_ms
         FROM ${t} WHERE queue_name IN (${queue}, ${failureQueue})`
   }
