@@ -69,7 +69,10 @@ export interface Options {
    * many concurrent producers: PostgreSQL serializes committing transactions that notified.
    */
   readonly notify?: boolean
-  /** The notification channel (default: the table name, `.` replaced by `_`). */
+  /**
+   * The notification channel: letters, digits, `_` and `.`, at most 63 characters (default: the table name, `.`
+   * replaced by `_`, shortened with a hash when longer than 63 — `Identifier.defaultChannel`).
+   */
   readonly channel?: string
 }
 
@@ -129,7 +132,9 @@ export const make = (
     const table = yield* Identifier.validateTableName(options.table ?? defaultTable, 48)
     const transports = yield* resolveTransports(options.transports ?? { outbox: {} })
     const notify = options.notify ?? true
-    const channel = yield* Identifier.validateTableName(options.channel ?? table.replace(/\./g, "_"), 63)
+    const channel = options.channel === undefined
+      ? Identifier.defaultChannel(table)
+      : yield* Identifier.validateChannel(options.channel)
     const statements = Statements.make(sql, table, { channel: notify ? channel : undefined })
     const pgClient = yield* Effect.serviceOption(PgClient.PgClient)
 

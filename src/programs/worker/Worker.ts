@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import type { StorageNotReadyError, UnknownTransportError } from "../../domain/Errors.js"
+import type { OutboxConfigError, StorageNotReadyError, UnknownTransportError } from "../../domain/Errors.js"
 import { Handlers } from "../../services/Handlers.js"
 import * as IdempotencyStore from "../../services/IdempotencyStore.js"
 import { RetryStrategy } from "../../services/RetryStrategy.js"
@@ -20,6 +20,7 @@ import * as Heartbeat from "./heartbeat.js"
 import * as Limits from "./limits.js"
 import * as Loop from "./loop.js"
 import type { WorkerOptions, WorkerSummary } from "./model.js"
+import * as Options from "./options.js"
 import type { RunState } from "./state.js"
 
 export {
@@ -47,7 +48,8 @@ const restartSchedule = Schedule.exponential("100 millis").pipe(
  * under `NodeRuntime.runMain`), it lets in-flight handlers finish within `shutdownTimeout`, records their
  * outcomes, and releases the messages it claimed but did not start.
  *
- * It fails — and does not spin — when a transport name is unknown (`UnknownTransportError`, at once) or the
+ * It fails — and does not spin — when an option is invalid (`OutboxConfigError`: `batchSize: NaN`, a negative
+ * duration), a transport name is unknown (`UnknownTransportError`, at once) or the
  * storage is not set up (`StorageNotReadyError`); a defect (a bug in a handler's hook, an unexpected throw)
  * ends it as a defect. Neither is ever reported as a clean stop.
  *
@@ -61,10 +63,11 @@ export const run = (
   options: WorkerOptions
 ): Effect.Effect<
   WorkerSummary,
-  UnknownTransportError | StorageNotReadyError,
+  OutboxConfigError | UnknownTransportError | StorageNotReadyError,
   Transport | Handlers | RetryStrategy
 > =>
   Effect.gen(function*() {
+    yield* Options.validate(options)
     const transport = yield* Transport
     const registry = yield* Handlers
     const strategy = yield* RetryStrategy
