@@ -161,7 +161,9 @@ export const decodeBody = <A extends Tagged>(
   try {
     json = JSON.parse(body)
   } catch (error) {
-    return corrupt(cut(`Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`, maxMessageLength))
+    return corrupt(
+      cut(`Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`, maxMessageLength)
+    )
   }
   const invalid = (message: string) =>
     new MessageDecodeError({ reason: "InvalidBody", type: cut(schema._tag, maxNameLength), message })

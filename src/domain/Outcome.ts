@@ -143,7 +143,10 @@ export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails 
     .join(": ")
   const pretty = [prettyOf(cause), ...chain.map((inner) => `Caused by: ${describe(inner)}`)].join("\n")
   return new Headers.ErrorDetails({
-    tag: Text.cut(Option.isSome(failure) ? tag : Cause.isInterruptedOnly(cause) ? "Interrupted" : tag, Text.maxNameLength),
+    tag: Text.cut(
+      Option.isSome(failure) ? tag : Cause.isInterruptedOnly(cause) ? "Interrupted" : tag,
+      Text.maxNameLength
+    ),
     message: Text.cut(message, Text.maxMessageLength),
     cause: Text.cut(pretty, maxCauseLength)
   })

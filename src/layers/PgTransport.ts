@@ -113,8 +113,7 @@ const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessa
 })
 
 /** Transport ids are positive bigints: anything else (a longer number too) names no row. */
-const isRowId = (id: string): boolean =>
-  /^\d{1,19}$/.test(id) && (id.length < 19 || id <= "9223372036854775807")
+const isRowId = (id: string): boolean => /^\d{1,19}$/.test(id) && (id.length < 19 || id <= "9223372036854775807")
 
 /**
  * Builds the transport on the `SqlClient` in context. Every statement runs on the caller's connection: inside

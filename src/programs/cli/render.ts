@@ -63,7 +63,12 @@ export const describeFailed = (m: StoredMessage, verbose: boolean): FailedDetail
       bodyDecodable = false
     }
   }
-  return { ...base, cause: details?.cause === undefined ? null : cut(details.cause, 2 * maxCauseLength), body, bodyDecodable }
+  return {
+    ...base,
+    cause: details?.cause === undefined ? null : cut(details.cause, 2 * maxCauseLength),
+    body,
+    bodyDecodable
+  }
 }
 
 export const printFailed = (d: FailedDetails) =>

@@ -211,7 +211,9 @@ export const writer = (acks: Acks, transport: TransportShape) =>
         const urgent = wait > 0 ? yield* waitOrUrgent(acks, wait) : acks.urgent
         acks.urgent = false
         yield* flush(acks, transport, !urgent).pipe(
-          Effect.catchAll((error) => Effect.logWarning("outbox worker: ack failed, the messages come back after their lease", error))
+          Effect.catchAll((error) =>
+            Effect.logWarning("outbox worker: ack failed, the messages come back after their lease", error)
+          )
         )
       }
     }

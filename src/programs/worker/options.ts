@@ -20,6 +20,10 @@ const integer = (name: string, value: number | undefined, min: number): Option.O
 
 const duration = (name: string, value: Duration.DurationInput | undefined, finite: boolean): Option.Option<string> => {
   if (value === undefined) return Option.none()
+  // A number is milliseconds; `Duration` would read NaN and negatives as zero, hiding the mistake.
+  if (typeof value === "number" && !(value >= 0 && (!finite || Number.isFinite(value)))) {
+    return Option.some(problem(name, `a non-negative${finite ? ", finite" : ""} duration`, value))
+  }
   const decoded = Duration.decodeUnknown(value)
   const ok = Option.isSome(decoded) && !Number.isNaN(Duration.toMillis(decoded.value)) &&
     Duration.toMillis(decoded.value) >= 0 && (!finite || Duration.isFinite(decoded.value))

@@ -156,7 +156,9 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
           count(*) FILTER (WHERE queue_name = ${failureQueue})::int AS failed,
           ((extract(epoch FROM now()) - extract(epoch FROM min(available_at) FILTER (WHERE queue_name = ${queue}
             AND available_at <= now()
-            AND (delivered_at IS NULL OR delivered_at < ${lease(leaseMs)} OR delivered_at = 'infinity')))) * 1000)::float8
+            AND (delivered_at IS NULL OR delivered_at < ${
+        lease(leaseMs)
+      } OR delivered_at = 'infinity')))) * 1000)::float8
             AS oldest_ms
         FROM ${t} WHERE queue_name IN (${queue}, ${failureQueue})`
   }
