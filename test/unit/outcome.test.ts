@@ -196,9 +196,22 @@ describe("Outcome.decide", () => {
     expect(outcome._tag === "Fail" && outcome.headers.originalTransport).toBe("shipping")
   })
 
-  it("bounds the recorded cause", () => {
-    const outcome = Outcome.decide(failed(new Error("x".repeat(10_000))), "outbox", fresh, Option.none())
-    expect(outcome._tag === "Fail" && outcome.error.cause!.length).toBeLessThanOrEqual(Outcome.maxCauseLength + 1)
+  it("bounds the recorded message and cause, and says what was cut", () => {
+    const outcome = Outcome.decide(failed(new Error("x".repeat(100_000))), "outbox", fresh, Option.none())
+    if (outcome._tag !== "Fail") return expect.unreachable()
+    expect(outcome.error.cause!.length).toBeLessThanOrEqual(Outcome.maxCauseLength + 40)
+    expect(outcome.error.cause).toMatch(/… \[\d+ more characters cut\]$/)
+    expect(outcome.error.message.length).toBeLessThanOrEqual(Outcome.maxMessageLength + 40)
+    expect(outcome.error.message).toMatch(/^x+… \[98000 more characters cut\]$/)
+  })
+
+  it("keeps the words of an error's cause: a driver's error under a SqlError", () => {
+    const driver = new Error(`invalid byte sequence for encoding "UTF8": 0x00`)
+    const error = Object.assign(new Error("Failed to execute statement"), { _tag: "SqlError", cause: driver })
+    const details = Outcome.errorDetails(Cause.fail(error))
+    expect(details.tag).toBe("SqlError")
+    expect(details.message).toBe(`Failed to execute statement: invalid byte sequence for encoding "UTF8": 0x00`)
+    expect(details.cause).toContain(`Caused by: Error: invalid byte sequence for encoding "UTF8": 0x00`)
   })
 })
 
