@@ -107,7 +107,7 @@ const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError>
   // Fast path for the common first delivery, `{"type":"…"}`: nothing else to validate.
   if (raw.length < 256 && raw.startsWith(`{"type":"`) && raw.endsWith(`"}`) && raw.indexOf(`"`, 9) === raw.length - 2) {
     const type = raw.slice(9, raw.length - 2)
-    if (!type.includes("\\")) return Either.right(new Headers({ type }, true))
+    if (!type.includes("\\") && !hasControlCharacter(type)) return Either.right(new Headers({ type }, true))
   }
   const corrupt = (message: string, type: string | undefined) =>
     Either.left(
@@ -127,6 +127,12 @@ const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError>
       ),
     () => corrupt("they are too large or too deeply nested to be checked", guessType(raw))
   )
+}
+
+/** A raw control character is not allowed in a JSON string: such text takes the full decode (and fails it). */
+const hasControlCharacter = (text: string): boolean => {
+  for (let i = 0; i < text.length; i++) if (text.charCodeAt(i) < 0x20) return true
+  return false
 }
 
 /** The `type` field of headers that fail their schema, when the text is still a JSON object with one. */
