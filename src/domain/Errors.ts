@@ -138,7 +138,8 @@ export class WorkerDiedError extends Schema.TaggedError<WorkerDiedError>()("Work
 
 /**
  * The storage of a transport or of the idempotency store does not exist yet (or is older than this
- * version): run `outbox setup-transports` (or `TransportAdmin.setup`). Not retried: a worker stops on it.
+ * version): run `outbox setup-transports` (or `TransportAdmin.setup`); or the role lacks a privilege on it (the
+ * message says which). Not retried: a worker stops on it.
  *
  * @since 0.1.0
  * @category errors

@@ -138,9 +138,11 @@ export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails 
     ? "Failure"
     : "Defect"
   const chain = causeChain(value)
-  const message = [messageOf(value), ...chain.map(messageOf)]
-    .filter((text, i, all) => text.length > 0 && all.indexOf(text) === i)
-    .join(": ")
+  // Each error of the chain adds its words unless they are already said (a wrapper often repeats its cause's).
+  const message = chain.map(messageOf).reduce(
+    (said, text) => text.length === 0 || said.includes(text) ? said : said.length === 0 ? text : `${said}: ${text}`,
+    messageOf(value)
+  )
   const pretty = [prettyOf(cause), ...chain.map((inner) => `Caused by: ${describe(inner)}`)].join("\n")
   return new Headers.ErrorDetails({
     tag: Text.cut(

@@ -11,18 +11,29 @@ import { describeError } from "../../internal/describeError.js"
 /** SQLSTATEs of a missing table (42P01) or function (42883). */
 const missing = new Set(["42P01", "42883"])
 
-/** Whether a SQL failure says the storage does not exist (yet). @internal */
+/** SQLSTATE of a privilege the role lacks (42501): retrying cannot help either. */
+const denied = "42501"
+
+const codeOf = (error: SqlError): unknown => (error.cause as { code?: unknown } | undefined)?.code
+
+/**
+ * Whether a SQL failure says the storage cannot be used as it is: it does not exist (yet), or the role lacks a
+ * privilege on it. Neither is retried. @internal
+ */
 export const isStorageMissing = (error: SqlError): boolean => {
-  const code = (error.cause as { code?: unknown } | undefined)?.code
-  return typeof code === "string" && missing.has(code)
+  const code = codeOf(error)
+  return typeof code === "string" && (missing.has(code) || code === denied)
 }
 
-/** The error of a missing table, with what to do about it. @internal */
+/** The error of a table that is missing or not granted, with what to do about it. @internal */
 export const storageNotReady = (table: string, error: SqlError): StorageNotReadyError =>
   new StorageNotReadyError({
     storage: table,
-    message: `The outbox table ${table} is not set up (${describeError(error)}): run \`outbox setup-transports\` ` +
-      `(or TransportAdmin.setup) once before starting producers and workers`
+    message: codeOf(error) === denied
+      ? `The outbox table ${table} is not usable by this role (${describeError(error)}): grant what the README's ` +
+        `"Least privilege" section lists for a worker or a producer`
+      : `The outbox table ${table} is not set up (${describeError(error)}): run \`outbox setup-transports\` ` +
+        `(or TransportAdmin.setup) once before starting producers and workers`
   })
 
 /** @internal */
