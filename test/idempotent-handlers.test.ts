@@ -79,7 +79,7 @@ describe("the worker's retention job", () => {
       yield* TestClock.adjust("2 hours")
       const recent = MessageId.make()
       yield* memory.runOnce({ messageId: recent, consumer: "c" }, Effect.void)
-      const worker = yield* Effect.fork(Worker.run({
+      const worker = yield* Effect.forkScoped(Worker.run({
         transports: ["outbox"],
         sleep: "1 minute",
         idempotencyPurge: { every: "10 minutes", olderThan: "1 hour" }
@@ -89,12 +89,15 @@ describe("the worker's retention job", () => {
       yield* TestClock.adjust("6 minutes")
       expect((yield* memory.records).map((r) => r.messageId)).toEqual([recent])
       yield* Fiber.interrupt(worker)
-    }).pipe(Effect.provide(
-      Layer.mergeAll(Outbox.layer(), Handlers.layer([]), ScheduleRetryStrategy.layerDefault).pipe(
-        Layer.provideMerge(MemoryTransport.layer()),
-        Layer.provideMerge(MemoryIdempotencyStore.layer())
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(
+        Layer.mergeAll(Outbox.layer(), Handlers.layer([]), ScheduleRetryStrategy.layerDefault).pipe(
+          Layer.provideMerge(MemoryTransport.layer()),
+          Layer.provideMerge(MemoryIdempotencyStore.layer())
+        )
       )
-    )))
+    ))
 })
 
 describe("idempotency on the command line", () => {

@@ -34,7 +34,9 @@ describe("order", () => {
       yield* Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const outbox = yield* Outbox.Outbox
-        const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], batchSize: 7, sleep: "20 millis" }))
+        const worker = yield* Effect.forkScoped(
+          Worker.run({ transports: ["outbox"], batchSize: 7, sleep: "20 millis" })
+        )
         // Each producer dispatches one message per transaction, the next after the previous committed; some in
         // pairs within one transaction. The producers run at once, so their commits interleave.
         yield* Effect.forEach(Array.from({ length: producers }, (_, p) => p), (producer) =>
@@ -58,17 +60,20 @@ describe("order", () => {
           const seqs = handled.filter((step) => step.producer === producer).map((step) => step.seq)
           expect(seqs).toEqual(Array.from({ length: perProducer }, (_, i) => i))
         }
-      }).pipe(Effect.provide(outboxStack({
-        table,
-        handlers: [Handlers.handler(Step, (step) =>
-          // A few turns of the scheduler per message (a handler that does I/O): handlers run at once would reorder.
-          Effect.repeatN(Effect.yieldNow(), (step.seq * 7 + step.producer * 3) % 5).pipe(
-            Effect.zipRight(Effect.suspend(() => {
-              handled.push(step)
-              return handled.length === producers * perProducer ? Deferred.succeed(done, undefined) : Effect.void
-            }))
-          ))]
-      })))
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(outboxStack({
+          table,
+          handlers: [Handlers.handler(Step, (step) =>
+            // A few turns of the scheduler per message (a handler that does I/O): handlers run at once would reorder.
+            Effect.repeatN(Effect.yieldNow(), (step.seq * 7 + step.producer * 3) % 5).pipe(
+              Effect.zipRight(Effect.suspend(() => {
+                handled.push(step)
+                return handled.length === producers * perProducer ? Deferred.succeed(done, undefined) : Effect.void
+              }))
+            ))]
+        }))
+      )
     }))
   })
 

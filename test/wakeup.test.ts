@@ -75,7 +75,7 @@ describe("wake-up on commit", () => {
           ]
         })
         yield* Effect.gen(function*() {
-          const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 2 }))
+          const worker = yield* Effect.forkScoped(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 2 }))
           const pid = yield* awaitListener()
           yield* awaitIdleWorker // its first (empty) poll answered: only a wake-up (or 60 s) brings it back
           const committed = Date.now()
@@ -90,7 +90,7 @@ describe("wake-up on commit", () => {
           const atAgain = yield* Deferred.await(second).pipe(Effect.timeout("20 seconds"))
           expect(atAgain - committedAgain).toBeLessThan(promptly)
           expect(yield* Fiber.join(worker)).toMatchObject({ handled: 2, stoppedBy: "limit" })
-        }).pipe(Effect.provide(stack))
+        }).pipe(Effect.scoped, Effect.provide(stack))
       })),
     60_000
   )
@@ -107,7 +107,7 @@ describe("wake-up on commit", () => {
           handlers: [Handlers.handler(OrderPaid, (m) => Effect.sync(() => void seen.push(m.orderId)))]
         })
         yield* Effect.gen(function*() {
-          const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
+          const worker = yield* Effect.forkScoped(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
           yield* awaitListener()
           yield* sql.withTransaction(
             Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })).pipe(Effect.zipRight(Effect.fail("no")))
@@ -118,7 +118,7 @@ describe("wake-up on commit", () => {
           }))
           expect(yield* Fiber.join(worker).pipe(Effect.timeout("20 seconds"))).toMatchObject({ handled: 1 })
           expect(seen).toEqual([2])
-        }).pipe(Effect.provide(stack))
+        }).pipe(Effect.scoped, Effect.provide(stack))
       })),
     60_000
   )
@@ -140,7 +140,7 @@ describe("delayed messages and leases on time", () => {
             ))]
         })
         yield* Effect.gen(function*() {
-          const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
+          const worker = yield* Effect.forkScoped(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
           yield* awaitListener()
           yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }), { delay: "2 seconds" })
           const [row] = yield* sql<{ available_at: Date }>`SELECT available_at FROM ${sql(table)}`
@@ -149,7 +149,7 @@ describe("delayed messages and leases on time", () => {
           expect(late).toBeGreaterThanOrEqual(0) // never before it is due (both times are the database's)
           expect(late).toBeLessThan(promptly) // woken by the claim's due hint, not the 60 s poll
           yield* Fiber.join(worker)
-        }).pipe(Effect.provide(stack))
+        }).pipe(Effect.scoped, Effect.provide(stack))
       })),
     60_000
   )
@@ -172,7 +172,7 @@ describe("delayed messages and leases on time", () => {
           const doomed = spawnScript("test/fixtures/hanging-worker.ts", [db.url, table, String(lease)], {})
           yield* Effect.promise(() => doomed.waitFor(/^STARTED/))
           // The rival sleeps 60 s between polls: only the lease deadline can wake it.
-          const rival = yield* Effect.fork(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
+          const rival = yield* Effect.forkScoped(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
           yield* awaitListener()
           doomed.kill("SIGKILL")
           yield* Effect.promise(() => doomed.exited)
@@ -182,7 +182,7 @@ describe("delayed messages and leases on time", () => {
           expect(yield* Fiber.join(rival)).toMatchObject({ handled: 1 })
           const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(table)}`
           expect(row!.n).toBe(0)
-        }).pipe(Effect.provide(stack))
+        }).pipe(Effect.scoped, Effect.provide(stack))
       })),
     60_000
   )
@@ -204,7 +204,7 @@ describe("a worker's own claim connection", () => {
       })
       yield* Effect.gen(function*() {
         // limit 5: the worker is still running (its connection still held) when the connections are checked after 4.
-        const worker = yield* Effect.fork(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 5 }))
+        const worker = yield* Effect.forkScoped(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 5 }))
         yield* awaitListener()
         for (const orderId of [1, 2]) {
           yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }))
@@ -226,7 +226,7 @@ describe("a worker's own claim connection", () => {
         yield* Outbox.dispatch(new OrderPaid({ orderId: 5, amount: 1 }))
         expect(yield* Fiber.join(worker)).toMatchObject({ handled: 5, failed: 0, stoppedBy: "limit" })
         expect(problems).toEqual([]) // the dead connection cost a retry, not a worker error
-      }).pipe(Effect.provide(stack))
+      }).pipe(Effect.scoped, Effect.provide(stack))
     })).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, recorder)))
   }, 60_000)
 

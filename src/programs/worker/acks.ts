@@ -36,10 +36,11 @@ export const settle = <A, E extends { readonly _tag: string }, R>(
   acks: Acks,
   name: string,
   ids: ReadonlyArray<string>,
-  write: Effect.Effect<A, E, R>
+  write: Effect.Effect<A, E, R>,
+  schedule: Schedule.Schedule<unknown> = acks.writeRetry
 ): Effect.Effect<A, E, R> =>
   write.pipe(
-    Effect.retry({ schedule: acks.writeRetry, while: (error) => error._tag === "TransportError" }),
+    Effect.retry({ schedule, while: (error) => error._tag === "TransportError" }),
     Effect.ensuring(Effect.sync(() => settled(acks, name, ids)))
   )
 
@@ -65,6 +66,11 @@ export interface Acks {
   writerAwake: boolean
   /** How writes that settle messages are retried through a storage outage. */
   readonly writeRetry: Schedule.Schedule<unknown>
+  /**
+   * How a release is retried: briefly. A release only spares its messages the wait for their lease, and it runs
+   * on the way out (a limit, a shutdown): an outage must not hold the worker there for `settleTimeout`.
+   */
+  readonly releaseRetry: Schedule.Schedule<unknown>
 }
 
 /** @internal */
@@ -83,8 +89,12 @@ export const make = (
     rideOnClaims,
     batchStartedAt: 0,
     writerAwake: false,
-    writeRetry: storageRetry(settleTimeout)
+    writeRetry: storageRetry(settleTimeout),
+    releaseRetry: storageRetry(Duration.min(settleTimeout, maxReleaseRetry))
   }))
+
+/** The longest a release is retried. */
+const maxReleaseRetry = Duration.seconds(2)
 
 /** The claimed, unsettled messages of a transport. @internal */
 export const heldOf = (acks: Acks, name: string): Set<string> => {

@@ -23,12 +23,12 @@ import type { RunState } from "./state.js"
 
 /**
  * Gives claimed messages that no handler started back at once (their claim does not count as a delivery); a
- * storage failure leaves them to their lease.
+ * storage failure that outlasts a brief retry leaves them to their lease.
  *
  * @internal
  */
 export const giveBack = (acks: Acks.Acks, transport: TransportShape, name: string, ids: ReadonlyArray<string>) =>
-  ids.length === 0 ? Effect.void : Acks.settle(acks, name, ids, transport.release(name, ids)).pipe(
+  ids.length === 0 ? Effect.void : Acks.settle(acks, name, ids, transport.release(name, ids), acks.releaseRetry).pipe(
     Effect.catchAll((error) =>
       Effect.logWarning("outbox worker: release failed, the messages come back after their lease", error)
     )
