@@ -262,7 +262,7 @@ export const decide = (
 ): Outcome => {
   switch (happened._tag) {
     case "Handled":
-      return { _tag: "Ack", type: headers.type }
+      return { _tag: "Ack", type: typeName(headers) }
     case "Interrupted":
       return release
     case "Rejected":
@@ -291,9 +291,12 @@ export const decide = (
   }
 }
 
+/** The type as events and logs name it: bounded (the headers keep the row's own). */
+const typeName = (headers: Headers.Headers): string => Text.cut(headers.type, Text.maxNameLength)
+
 const fail = (headers: Headers.Headers, transport: string, error: Headers.ErrorDetails): Outcome => ({
   _tag: "Fail",
-  type: headers.type,
+  type: typeName(headers),
   error,
   headers: Headers.patch(headers, { errorDetails: error, originalTransport: headers.originalTransport ?? transport })
 })
@@ -302,7 +305,7 @@ const retry = (headers: Headers.Headers, error: Headers.ErrorDetails, delay: Dur
   const attempt = Headers.retryCount(headers) + 1
   return {
     _tag: "Retry",
-    type: headers.type,
+    type: typeName(headers),
     attempt,
     delay,
     error,
