@@ -1,0 +1,417 @@
+/**
+ * The chaos scenarios. Each runs on a fresh database: worker processes consume while producers dispatch, a fault is
+ * injected, the queue must drain, and the end state is read back as an `Observation` (see `checks.ts`).
+ */
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import type { RunningBroker } from "../test/support/rabbitmq.js"
+import type { Observation } from "./checks.js"
+import {
+  allEffectsWritten,
+  brokerQueueDepth,
+  createDatabase,
+  type Fleet,
+  fleet,
+  type InsertedHostile,
+  observe,
+  prepare,
+  produce,
+  query,
+  queueEmpty,
+  type Random,
+  random,
+  waitUntil
+} from "./harness.js"
+import * as Hostile from "./hostile.js"
+import { monitorApplicationName, type Role, type WorkerConfig } from "./model.js"
+import type { ChaosServer } from "./postgres.js"
+
+/** The sizes and timings of a run (`npm run chaos -- --help` names the options). */
+export interface Sizes {
+  /** Business transactions per scenario. */
+  readonly messages: number
+  /** Production is spread over this many seconds (the faults land while it runs). */
+  readonly seconds: number
+  readonly workers: number
+  readonly producers: number
+  readonly rollbackShare: number
+  readonly batchSize: number
+  readonly concurrency: number
+  /** How long each consumer's effect works inside its transaction, in ms (the outage scenario's four times as long). */
+  readonly workMs: number
+  /** The lease (`redeliverTimeout`) of the workers, in ms. */
+  readonly leaseMs: number
+  /** SIGKILL storm: the pause before each kill, in ms, uniform in [min, max]. */
+  readonly killEveryMs: readonly [number, number]
+  /** Server restarts: this many in each mode (fast, immediate), spread over the production. */
+  readonly restartsPerMode: number
+  /** `pg_terminate_backend` storm: the pause between two rounds, in ms. */
+  readonly terminateEveryMs: readonly [number, number]
+  /** Outage: the workers' `settleTimeout`, in ms; the server stays down twice as long. */
+  readonly settleTimeoutMs: number
+  /** Broker stops (SIGTERM, down for `brokerDownMs`, started again) spread over the production. */
+  readonly brokerStops: number
+  readonly brokerDownMs: number
+  /** How long after the production the queue may take to drain before the scenario gives up, in ms. */
+  readonly deadlineMs: number
+}
+
+/** The sizes of `npm run chaos` (about 5 minutes on 2 cores). */
+export const fullSizes: Sizes = {
+  messages: 3000,
+  seconds: 15,
+  workers: 3,
+  producers: 4,
+  rollbackShare: 0.1,
+  batchSize: 20,
+  concurrency: 4,
+  workMs: 10,
+  leaseMs: 3000,
+  killEveryMs: [1000, 2500],
+  restartsPerMode: 2,
+  terminateEveryMs: [200, 800],
+  settleTimeoutMs: 2000,
+  brokerStops: 2,
+  brokerDownMs: 2000,
+  deadlineMs: 60_000
+}
+
+/** What a scenario runs against. */
+export interface Environment {
+  readonly server: ChaosServer
+  /** The run's own RabbitMQ node (the broker scenario stops and starts it). */
+  readonly broker?: RunningBroker | undefined
+  readonly sizes: Sizes
+  readonly seed: number
+  readonly log: (line: string) => void
+}
+
+/** A scenario: its name (for `--scenarios`), a line saying what it does, whether it needs the broker. */
+export interface Scenario {
+  readonly name: string
+  readonly title: string
+  readonly needsBroker: boolean
+  readonly run: (env: Environment) => Effect.Effect<Observation, unknown>
+}
+
+/** What a scenario's fault gets to work with. */
+interface FaultContext {
+  readonly env: Environment
+  readonly url: string
+  readonly fleet: Fleet
+  readonly rng: Random
+  /** Facts for the details list. */
+  readonly notes: Array<string>
+  /** Counts one fault injected. */
+  readonly injected: () => void
+  /** Resolves when the production is over. */
+  readonly produced: Effect.Effect<void>
+  /** Epoch ms of the production's start. */
+  readonly started: number
+}
+
+interface ScenarioSpec {
+  readonly name: string
+  readonly workers: (sizes: Sizes) => ReadonlyArray<Role>
+  readonly broker?: boolean
+  readonly settleTimeoutMs?: (sizes: Sizes) => number
+  /** The consumers' work per message (default `sizes.workMs`). */
+  readonly workMs?: (sizes: Sizes) => number
+  /** Runs beside the production; interrupted once the queue drained. */
+  readonly fault: (ctx: FaultContext) => Effect.Effect<void, unknown>
+  readonly hostile?: boolean
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`
+
+/** Sleeps until `at` (epoch ms). */
+const sleepUntil = (at: number) => Effect.suspend(() => Effect.sleep(Math.max(0, at - Date.now())))
+
+/** The moments (epoch ms) that split the production into `count + 1` equal parts. */
+const spread = (ctx: FaultContext, count: number) =>
+  Array.from({ length: count }, (_, i) => ctx.started + ((i + 1) * ctx.env.sizes.seconds * 1000) / (count + 1))
+
+/** Times an effect, in ms. */
+const timed = <A, E>(self: Effect.Effect<A, E>) =>
+  Effect.gen(function*() {
+    const t0 = Date.now()
+    yield* self
+    return Date.now() - t0
+  })
+
+/** The skeleton every scenario shares. */
+const scenario = (spec: ScenarioSpec) => (env: Environment): Effect.Effect<Observation, unknown> =>
+  Effect.gen(function*() {
+    const { sizes } = env
+    // Each scenario's own stream of the seed, whatever ran before it.
+    const rng = random([...spec.name].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619), env.seed))
+    if (spec.broker === true && env.broker === undefined) {
+      return yield* Effect.dieMessage(`the ${spec.name} scenario needs a RabbitMQ node`)
+    }
+    const t0 = Date.now()
+    const url = yield* createDatabase(env.server.adminUrl, spec.name)
+    const amqp = spec.broker === true && env.broker !== undefined
+      ? {
+        url: env.broker.url,
+        exchange: `chaos-${spec.name}-${process.pid}`,
+        queue: `chaos.${spec.name}.${process.pid}`
+      }
+      : undefined
+    const base = { url, leaseMs: sizes.leaseMs, ...(amqp === undefined ? {} : { amqp }) }
+    yield* prepare(url, base)
+    const settle = spec.settleTimeoutMs?.(sizes)
+    const configs = spec.workers(sizes).map((role): WorkerConfig => ({
+      ...base,
+      role,
+      batchSize: sizes.batchSize,
+      concurrency: sizes.concurrency,
+      workMs: spec.workMs?.(sizes) ?? sizes.workMs,
+      ...(settle === undefined ? {} : { settleTimeoutMs: settle })
+    }))
+    const notes: Array<string> = []
+    const hostile: Array<InsertedHostile> = []
+    const specs = spec.hostile === true ? Hostile.specs() : []
+    // Hostile rows go in among the valid ones: one after every `every`-th committed transaction.
+    const every = Math.max(1, Math.floor((sizes.messages * (1 - sizes.rollbackShare)) / (specs.length + 1)))
+    let commits = 0
+    const onCommit = () =>
+      Effect.suspend(() =>
+        ++commits % every === 0 && hostile.length < specs.length
+          ? Effect.map(Hostile.insert(url, specs[hostile.length]!), (row) => void hostile.push(row))
+          : Effect.void
+      ).pipe(Effect.orDie)
+
+    let started = 0
+    let faults = 0
+    const injected = () => void faults++
+    const { drainedAt, phases, production, workerExits } = yield* Effect.gen(function*() {
+      const prepared = Date.now()
+      const workers = yield* fleet(configs)
+      yield* workers.ready
+      started = Date.now()
+      env.log(`chaos ${spec.name}: ${configs.length} workers up, producing`)
+      const producers = yield* Effect.fork(
+        produce(url, sizes.leaseMs, {
+          messages: sizes.messages,
+          seconds: sizes.seconds,
+          producers: sizes.producers,
+          rollbackShare: sizes.rollbackShare,
+          ...(specs.length > 0 ? { onCommit } : {})
+        })
+      )
+      const produced = Effect.asVoid(Fiber.await(producers))
+      const fault = yield* Effect.fork(
+        spec.fault({ env, url, fleet: workers, rng, notes, injected, produced, started })
+      )
+      const production = yield* Fiber.join(producers)
+      const producedAt = Date.now()
+      env.log(`chaos ${spec.name}: produced, waiting for the queue to drain`)
+      // Rows the production did not get to interleave go in now.
+      for (const rest of specs.slice(hostile.length)) hostile.push(yield* Hostile.insert(url, rest))
+      const drained = Effect.zipWith(
+        queueEmpty(url),
+        amqp === undefined
+          ? Effect.succeed(true)
+          : Effect.zipWith(
+            brokerQueueDepth(amqp.url, amqp.queue),
+            allEffectsWritten(url),
+            (depth, written) => depth === 0 && written
+          ),
+        (a, b) => a && b
+      )
+      const drainedAt = yield* waitUntil(drained, Date.now() + sizes.deadlineMs)
+      // The fault stops here; one under way (a server being started again) finishes first.
+      const faultExit = yield* Fiber.interrupt(fault)
+      if (Exit.isFailure(faultExit) && !Cause.isInterruptedOnly(faultExit.cause)) {
+        notes.push(`the fault injection failed: ${Cause.pretty(faultExit.cause)}`)
+      }
+      const { stats } = workers
+      notes.push(
+        `workers: ${stats.started} processes started, ${stats.kills} SIGKILLed, ${stats.unexpectedExits} exited on ` +
+          `their own`,
+        `worker logs: ${stats.storageFailures} loop restarts after a storage failure, ${stats.retries} retries after ` +
+          `a handler failure, ${stats.settleGaveUp} acks or releases given up after settleTimeout`,
+        ...workers.deaths
+      )
+      if (drainedAt === undefined) notes.push(`not drained ${seconds(sizes.deadlineMs)} after the production`)
+      const phases = [
+        `database ${seconds(prepared - t0)}`,
+        `workers up ${seconds(started - prepared)}`,
+        `production ${seconds(producedAt - started)}`,
+        `drain ${drainedAt === undefined ? "never" : seconds(drainedAt - producedAt)}`
+      ]
+      return { drainedAt, production, workerExits: workers.stats.unexpectedExits, phases }
+    }).pipe(Effect.scoped) // the workers are stopped before the database is read back
+    const stopped = Date.now()
+    const observation = yield* observe(url, {
+      scenario: spec.name,
+      production,
+      hostile,
+      faults: faults + hostile.length,
+      workerExits,
+      drainMs: drainedAt === undefined ? undefined : drainedAt - started,
+      notes
+    })
+    const timing = `time: ${
+      [
+        ...phases,
+        `workers stopped ${seconds(stopped - (drainedAt ?? stopped))}`,
+        `read back ${seconds(Date.now() - stopped)}`
+      ].join(", ")
+    }`
+    return { ...observation, notes: [...observation.notes, timing] }
+  })
+
+const consumers = (sizes: Sizes) => Array.from({ length: sizes.workers }, () => "consumer" as const)
+
+/** Kills every backend of the scenario's database but the chaos program's own probes; returns how many. */
+const terminateBackends = (url: string) =>
+  query<{ application_name: string }>(
+    url,
+    `SELECT application_name FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+       AND application_name <> $1 AND pg_terminate_backend(pid)`,
+    [monitorApplicationName]
+  )
+
+/** The scenarios, in the order they run. */
+export const scenarios: ReadonlyArray<Scenario> = [
+  {
+    name: "sigkill",
+    title: "SIGKILL storm: workers killed at random and restarted until the queue drains",
+    needsBroker: false,
+    run: scenario({
+      name: "sigkill",
+      workers: consumers,
+      fault: (ctx) =>
+        Effect.forever(
+          Effect.suspend(() =>
+            Effect.sleep(ctx.rng.between(...ctx.env.sizes.killEveryMs)).pipe(
+              Effect.zipRight(ctx.fleet.killOne(ctx.rng)),
+              Effect.zipRight(Effect.sync(ctx.injected))
+            )
+          )
+        )
+    })
+  },
+  {
+    name: "restart",
+    title: "Server restarts: pg_ctl restart -m fast and -m immediate while workers and producers run",
+    needsBroker: false,
+    run: scenario({
+      name: "restart",
+      workers: consumers,
+      fault: (ctx) =>
+        Effect.gen(function*() {
+          const modes = Array.from({ length: ctx.env.sizes.restartsPerMode * 2 }, (_, i) =>
+            i % 2 === 0 ? "fast" as const : "immediate" as const)
+          const at = spread(ctx, modes.length)
+          for (const [i, mode] of modes.entries()) {
+            yield* sleepUntil(at[i]!)
+            const ms = yield* timed(Effect.promise(() =>
+              ctx.env.server.restart(mode)
+            )).pipe(Effect.uninterruptible)
+            ctx.injected()
+            ctx.notes.push(`restart -m ${mode}: server back after ${seconds(ms)}`)
+          }
+        })
+    })
+  },
+  {
+    name: "terminate",
+    title: "pg_terminate_backend storm: every backend of the workers and producers killed, again and again",
+    needsBroker: false,
+    run: scenario({
+      name: "terminate",
+      workers: consumers,
+      fault: (ctx) =>
+        Effect.gen(function*() {
+          let rounds = 0
+          let killed = 0
+          let sessions = 0
+          const storm = Effect.forever(Effect.gen(function*() {
+            yield* Effect.sleep(ctx.rng.between(...ctx.env.sizes.terminateEveryMs))
+            const rows = yield* terminateBackends(ctx.url).pipe(Effect.orElseSucceed(() => []))
+            rounds++
+            if (rows.length > 0) ctx.injected()
+            killed += rows.length
+            sessions += rows.filter((r) => r.application_name === "effect-outbox worker").length
+          }))
+          yield* Effect.raceFirst(storm, ctx.produced).pipe(
+            Effect.ensuring(Effect.sync(() =>
+              ctx.notes.push(
+                `${rounds} rounds of pg_terminate_backend: ${killed} backends killed (${sessions} worker claim sessions)`
+              )
+            ))
+          )
+        })
+    })
+  },
+  {
+    name: "outage",
+    title: "Outage longer than the write retry: the server stopped for twice the workers' settleTimeout",
+    needsBroker: false,
+    run: scenario({
+      name: "outage",
+      workers: consumers,
+      settleTimeoutMs: (sizes) => sizes.settleTimeoutMs,
+      // Every worker is mid-batch when the server stops: its outcome writes are the ones that must give up.
+      workMs: (sizes) => sizes.workMs * 4,
+      fault: (ctx) =>
+        Effect.gen(function*() {
+          const down = ctx.env.sizes.settleTimeoutMs * 2
+          yield* sleepUntil(spread(ctx, 2)[0]!)
+          const ms = yield* timed(Effect.promise(async () => {
+            await ctx.env.server.stop("fast")
+            await new Promise((resolve) => setTimeout(resolve, down))
+            await ctx.env.server.start()
+          })).pipe(Effect.uninterruptible)
+          ctx.injected()
+          ctx.notes.push(
+            `server stopped (-m fast) for ${seconds(down)}, back after ${seconds(ms)}; settleTimeout ` +
+              `${seconds(ctx.env.sizes.settleTimeoutMs)}, lease ${seconds(ctx.env.sizes.leaseMs)}`
+          )
+        })
+    })
+  },
+  {
+    name: "broker",
+    title: "Broker stopped mid-forwarding: outbox → Forwarder → RabbitMQ → idempotent consumer",
+    needsBroker: true,
+    run: scenario({
+      name: "broker",
+      broker: true,
+      workers: (sizes) => [
+        ...Array.from({ length: Math.max(1, sizes.workers - 1) }, () => "forwarder" as const),
+        "broker-consumer" as const
+      ],
+      fault: (ctx) =>
+        Effect.gen(function*() {
+          const broker = ctx.env.broker!
+          for (const at of spread(ctx, ctx.env.sizes.brokerStops)) {
+            yield* sleepUntil(at)
+            const ms = yield* timed(Effect.promise(async () => {
+              await broker.stop()
+              await new Promise((resolve) => setTimeout(resolve, ctx.env.sizes.brokerDownMs))
+              await broker.start()
+            })).pipe(Effect.uninterruptible)
+            ctx.injected()
+            ctx.notes.push(`broker stopped (SIGTERM) and started again: down ${seconds(ms)}`)
+          }
+        })
+    })
+  },
+  {
+    name: "hostile",
+    title: "Hostile rows among valid ones: deep JSON, NUL, lone surrogates, 5 MB fields, infinities, overflows",
+    needsBroker: false,
+    run: scenario({
+      name: "hostile",
+      workers: (sizes) => consumers({ ...sizes, workers: Math.min(2, sizes.workers) }),
+      hostile: true,
+      fault: () => Effect.void
+    })
+  }
+]

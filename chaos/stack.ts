@@ -1,0 +1,65 @@
+/**
+ * The layers of a chaos worker process, and of the chaos program's own setup: the PostgreSQL client, the transport
+ * (PostgreSQL alone, or PostgreSQL and RabbitMQ under one router), the idempotency store, the retry policy and the
+ * handlers of the worker's role.
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import type { OutboxConfigError } from "../src/domain/Errors.js"
+import * as AmqpTransport from "../src/layers/amqp/AmqpTransport.js"
+import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
+import * as PgTransport from "../src/layers/PgTransport.js"
+import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
+import * as TransportRouter from "../src/layers/TransportRouter.js"
+import * as Forwarder from "../src/programs/Forwarder.js"
+import * as Handlers from "../src/services/Handlers.js"
+import type { IdempotencyStore } from "../src/services/IdempotencyStore.js"
+import type { Transport } from "../src/services/Transport.js"
+import { ChaosPaid, consume, queue, retry, table, type WorkerConfig } from "./model.js"
+
+/** A PostgreSQL pool on a URL, its connections named for `pg_stat_activity`. */
+export const database = (url: string, applicationName: string, maxConnections = 10) =>
+  PgClient.layer({ url: Redacted.make(url), applicationName, maxConnections })
+
+/** The PostgreSQL transport options: `outbox` with the scenario's lease (and `failed`, added by the transport). */
+export const pgOptions = (leaseMs: number): PgTransport.Options => ({
+  table,
+  transports: { [queue]: { redeliverTimeout: Duration.millis(leaseMs) } }
+})
+
+/** `Transport` and `TransportAdmin`: PostgreSQL, plus the broker's `amqp` transport when configured. */
+export const transport = (config: Pick<WorkerConfig, "leaseMs" | "amqp">) =>
+  config.amqp === undefined
+    ? PgTransport.layer(pgOptions(config.leaseMs))
+    : TransportRouter.layer(
+      PgTransport.make(pgOptions(config.leaseMs)),
+      AmqpTransport.make({
+        url: config.amqp.url,
+        exchange: { name: config.amqp.exchange },
+        transports: { amqp: { queue: config.amqp.queue } }
+      })
+    )
+
+/** The handlers of a role. */
+const handlers = (
+  config: WorkerConfig
+): Layer.Layer<Handlers.Handlers, OutboxConfigError, IdempotencyStore | SqlClient.SqlClient | Transport> => {
+  switch (config.role) {
+    case "consumer":
+      return Handlers.layer([consume({ workMs: config.workMs })])
+    case "forwarder":
+      return Handlers.layer([...Forwarder.handlers([ChaosPaid], { to: "amqp" })])
+    case "broker-consumer":
+      return Handlers.layer([consume({ fromTransport: "amqp", workMs: config.workMs })])
+  }
+}
+
+/** Everything `Worker.run` needs in a worker process of the role, over the SqlClient in context. */
+export const workerStack = (config: WorkerConfig) =>
+  Layer.mergeAll(
+    handlers(config).pipe(Layer.provide(PgIdempotencyStore.layer())),
+    ScheduleRetryStrategy.layer(retry)
+  ).pipe(Layer.provideMerge(transport(config)))

@@ -1,0 +1,93 @@
+/**
+ * `npm run chaos` in small: every scenario of the chaos program (chaos/scenarios.ts) with a couple of hundred
+ * messages, two workers and a fault or two each — real worker processes, real SIGKILLs, real server restarts and
+ * broker stops — and every check must pass. Some scenarios stop or restart their server, so the scenarios run on
+ * PostgreSQL clusters and a RabbitMQ node of this file's own, never on the ones the other test files share: one
+ * cluster for each scenario that restarts or stops it, one for the others. That lets the scenarios run at the same
+ * time (each on its own database), so the file takes about as long as its longest scenario, the broker's. Then the
+ * checks' self-test: each corruption of a copy of a real result (an effect dropped, an effect of a rolled-back
+ * message, a duplicate effect, an unbounded reason, a message left behind) must fail its check.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import { evaluate, type Observation, selfTest, selfTestOk, syntheticObservation } from "../chaos/checks.js"
+import { type ChaosServer, startServer } from "../chaos/postgres.js"
+import { type Environment, fullSizes, scenarios, type Sizes } from "../chaos/scenarios.js"
+import { type RunningBroker, startBroker } from "./support/rabbitmq.js"
+
+const sizes: Sizes = {
+  ...fullSizes,
+  messages: 200,
+  seconds: 3,
+  workers: 2,
+  producers: 2,
+  leaseMs: 2000,
+  killEveryMs: [700, 1500],
+  restartsPerMode: 1,
+  terminateEveryMs: [200, 500],
+  settleTimeoutMs: 1000,
+  brokerStops: 1,
+  brokerDownMs: 500,
+  deadlineMs: 45_000
+}
+
+/** The scenarios that stop or restart their server get one each; the others share one. */
+const ownServer = new Set(["restart", "outage"])
+const servers = new Map<string, ChaosServer>()
+let broker: RunningBroker | undefined
+beforeAll(async () => {
+  const names = ["shared", ...ownServer]
+  const [started, node] = await Promise.all([Promise.all(names.map(() => startServer())), startBroker()])
+  names.forEach((name, i) => servers.set(name, started[i]!))
+  broker = node
+}, 90_000)
+afterAll(async () => {
+  await Promise.all([...[...servers.values()].map((s) => s.destroy()), broker?.destroy()])
+}, 60_000)
+
+const environment = (scenario: string): Environment => ({
+  server: servers.get(ownServer.has(scenario) ? scenario : "shared")!,
+  broker,
+  sizes,
+  seed: 15,
+  log: () => {}
+})
+
+/** The observations of the scenarios run so far, for the self-test. */
+const observed: Array<Observation> = []
+
+// The longest first: vitest runs at most five tests of a file at once.
+const longestFirst = [...scenarios].sort((a, b) => Number(b.needsBroker) - Number(a.needsBroker))
+
+describe.concurrent("chaos scenarios, small", () => {
+  for (const scenario of longestFirst) {
+    // Concurrent tests assert with their own context's `expect`.
+    it.live(scenario.title, ({ expect }) =>
+      Effect.gen(function*() {
+        const observation = yield* scenario.run(environment(scenario.name))
+        observed.push(observation)
+        const result = evaluate(observation)
+        const failed = result.checks.filter((c) => !c.ok).map((c) => c.name)
+        expect(failed, observation.notes.join("\n")).toEqual([])
+        // The fault did happen (a kill, a restart, a storm round, an outage, a broker stop, the hostile rows).
+        expect(observation.faults).toBeGreaterThanOrEqual(scenario.name === "sigkill" ? 2 : 1)
+        expect(result.counts.committed).toBeGreaterThan(0)
+        expect(result.counts.rolledBack).toBeGreaterThan(0)
+      }), 120_000)
+  }
+})
+
+describe("chaos checks", () => {
+  it("the self-test: each corruption of a copy of a real result fails its check", () => {
+    expect(observed.length).toBeGreaterThan(0)
+    const cases = observed.flatMap(selfTest)
+    expect(cases.filter((c) => c.outcome === "missed")).toEqual([])
+    expect(selfTestOk(cases)).toBe(true)
+  })
+
+  it("the self-test on a synthetic result: every corruption caught, the result itself passes", () => {
+    const observation = syntheticObservation()
+    expect(evaluate(observation).ok).toBe(true)
+    expect(selfTest(observation).map((c) => c.outcome)).toEqual(Array(5).fill("caught"))
+  })
+})
