@@ -18,7 +18,7 @@ import { MessageDecodeError } from "./Errors.js"
  */
 export class Redelivery extends Schema.Class<Redelivery>("effect-outbox/Redelivery")({
   retryCount: Schema.Int,
-  delayMs: Schema.Number,
+  delayMs: Schema.Finite,
   errorTag: Schema.String,
   errorMessage: Schema.String
 }) {}
@@ -52,7 +52,7 @@ export class ErrorDetails extends Schema.Class<ErrorDetails>("effect-outbox/Erro
 export class Headers extends Schema.Class<Headers>("effect-outbox/Headers")({
   type: Schema.String,
   transportNames: Schema.optional(Schema.Array(Schema.String)),
-  delayMs: Schema.optional(Schema.Number),
+  delayMs: Schema.optional(Schema.Finite),
   redeliveries: Schema.optional(Schema.Array(Redelivery)),
   handledBy: Schema.optional(Schema.Array(Schema.String)),
   errorDetails: Schema.optional(ErrorDetails),
@@ -123,10 +123,22 @@ const decodeUncached = (raw: string): Either.Either<Headers, MessageDecodeError>
   return guardStack(
     () =>
       decodeJson(raw).pipe(
-        Either.orElse((error) => corrupt(ParseResult.TreeFormatter.formatErrorSync(error), guessType(raw)))
+        Either.orElse((error) => corrupt(ParseResult.TreeFormatter.formatErrorSync(error), guessType(raw))),
+        Either.flatMap((headers) =>
+          // A record's `__proto__` key would be lost in the decoded object (and on the next write): say so instead.
+          raw.includes(`"__proto__"`) && hasProtoKey(raw)
+            ? corrupt(`a custom header is named "__proto__", which cannot be kept`, headers.type)
+            : Either.right(headers)
+        )
       ),
     () => corrupt("they are too large or too deeply nested to be checked", guessType(raw))
   )
+}
+
+/** Whether the `custom` record of the headers has an own `__proto__` key (JSON.parse keeps it as one). */
+const hasProtoKey = (raw: string): boolean => {
+  const custom = (JSON.parse(raw) as { custom?: unknown }).custom
+  return typeof custom === "object" && custom !== null && Object.prototype.hasOwnProperty.call(custom, "__proto__")
 }
 
 /** A raw control character is not allowed in a JSON string: such text takes the full decode (and fails it). */

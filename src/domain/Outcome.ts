@@ -133,7 +133,7 @@ export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails 
   const failure = Cause.failureOption(cause)
   const value = Option.isSome(failure) ? failure.value : Option.getOrUndefined(Cause.dieOption(cause))
   const tag = typeof value === "object" && value !== null
-    ? String((value as { _tag?: unknown })._tag ?? (value as { name?: unknown }).name ?? "Error")
+    ? safely(() => String((value as { _tag?: unknown })._tag ?? (value as { name?: unknown }).name ?? "Error"), "Error")
     : Option.isSome(failure)
     ? "Failure"
     : "Defect"
@@ -161,8 +161,9 @@ const maxCauseDepth = 5
 const causeChain = (value: unknown): Array<unknown> => {
   const chain: Array<unknown> = []
   let current = value
-  while (chain.length < maxCauseDepth && typeof current === "object" && current !== null && "cause" in current) {
-    const next = (current as { cause: unknown }).cause
+  while (chain.length < maxCauseDepth && typeof current === "object" && current !== null) {
+    const holder: object = current
+    const next = safely(() => "cause" in holder ? (holder as { cause: unknown }).cause : undefined, undefined)
     if (next === undefined || next === null || next === current || chain.includes(next)) break
     chain.push(next)
     current = next
@@ -179,18 +180,26 @@ const prettyOf = (cause: Cause.Cause<unknown>): string => {
   }
 }
 
-const messageOf = (value: unknown): string => {
+/** What `read` gives, or `fallback` when it throws: a failure's value may be hostile (getters, proxies, no prototype). */
+const safely = <A>(read: () => A, fallback: A): A => {
   try {
-    return typeof value === "object" && value !== null && "message" in value
-      ? String((value as { message: unknown }).message)
-      : String(value)
+    return read()
   } catch {
-    return "(an error that cannot be shown)"
+    return fallback
   }
 }
 
+const messageOf = (value: unknown): string =>
+  safely(
+    () =>
+      typeof value === "object" && value !== null && "message" in value
+        ? String((value as { message: unknown }).message)
+        : String(value),
+    "(an error that cannot be shown)"
+  )
+
 const describe = (value: unknown): string => {
-  const stack = value instanceof Error ? value.stack : undefined
+  const stack = safely(() => value instanceof Error ? value.stack : undefined, undefined)
   return typeof stack === "string" && stack.length > 0 ? stack : messageOf(value)
 }
 
@@ -221,6 +230,14 @@ export const workerDied = (
   })
 }
 
+/** The number of the next retry; it stops at the largest safe integer (a count stored by hand can be that). */
+const nextAttempt = (headers: Headers.Headers): number =>
+  Math.min(Headers.retryCount(headers) + 1, Number.MAX_SAFE_INTEGER)
+
+/** `instanceof` that answers `false` for a value whose prototype cannot be read (a hostile proxy). */
+const isA = <A>(value: unknown, cls: abstract new(...args: Array<any>) => A): value is A =>
+  safely(() => value instanceof cls, false)
+
 const failures = (causes: ReadonlyArray<Cause.Cause<unknown>>) =>
   causes.map((cause) => Option.getOrUndefined(Cause.failureOption(cause)))
 
@@ -234,16 +251,16 @@ const failures = (causes: ReadonlyArray<Cause.Cause<unknown>>) =>
 export const question = (happened: Happened, transport: string, headers: Headers.Headers): Option.Option<Question> => {
   if (happened._tag !== "HandlersFailed") return Option.none()
   const errors = failures(happened.causes)
-  const attempt = Headers.retryCount(headers) + 1
+  const attempt = nextAttempt(headers)
   const recoverable = errors.filter((e): e is RecoverableMessageHandlingError =>
-    e instanceof RecoverableMessageHandlingError
+    isA(e, RecoverableMessageHandlingError)
   )
   if (recoverable.length > 0) {
     return recoverable.some((e) => e.retryDelay !== undefined)
       ? Option.none()
       : Option.some({ transport, attempt, error: recoverable[0] })
   }
-  if (errors.every((e) => e instanceof UnrecoverableMessageHandlingError)) return Option.none()
+  if (errors.every((e) => isA(e, UnrecoverableMessageHandlingError))) return Option.none()
   return Option.some({ transport, attempt, error: errors[0] })
 }
 
@@ -271,7 +288,7 @@ export const decide = (
     case "HandlersFailed": {
       const errors = failures(happened.causes)
       const recoverable = errors.filter((e): e is RecoverableMessageHandlingError =>
-        e instanceof RecoverableMessageHandlingError
+        isA(e, RecoverableMessageHandlingError)
       )
       const error = errorDetails(recoverable.length > 0 ? Cause.fail(recoverable[0]) : happened.causes[0]!)
       const base = happened.handledBy.length > 0 ? Headers.patch(headers, { handledBy: happened.handledBy }) : headers
@@ -282,7 +299,7 @@ export const decide = (
           : Option.getOrElse(answer, () => lastDelay(headers))
         return retry(base, error, delay)
       }
-      if (errors.every((e) => e instanceof UnrecoverableMessageHandlingError)) return fail(base, transport, error)
+      if (errors.every((e) => isA(e, UnrecoverableMessageHandlingError))) return fail(base, transport, error)
       return Option.match(answer, {
         onNone: () => fail(base, transport, error),
         onSome: (delay) => retry(base, error, delay)
@@ -302,7 +319,7 @@ const fail = (headers: Headers.Headers, transport: string, error: Headers.ErrorD
 })
 
 const retry = (headers: Headers.Headers, error: Headers.ErrorDetails, delay: Duration.Duration): Outcome => {
-  const attempt = Headers.retryCount(headers) + 1
+  const attempt = nextAttempt(headers)
   return {
     _tag: "Retry",
     type: typeName(headers),

@@ -7,6 +7,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 
@@ -105,6 +106,32 @@ export const exponential = (options: ExponentialOptions = {}): Schedule.Schedule
     Schedule.intersect(Schedule.recurs(maxRetries)),
     Schedule.map(([d]) => d)
   )
+}
+
+/**
+ * The delay before retry number `attempt` (1-based) of the exponential backoff `options` describe, or `None` past
+ * `maxRetries` — the answer `delayForAttempt(exponential(options), attempt)` gives, computed at once (no stepping),
+ * so it is exact for any budget and any attempt. Jitter draws from the `Random` service.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const exponentialDelay = (
+  options: ExponentialOptions,
+  attempt: number
+): Effect.Effect<Option.Option<Duration.Duration>> => {
+  const maxRetries = options.maxRetries ?? defaultExponential.maxRetries
+  if (!Number.isInteger(attempt) || attempt < 1 || attempt > maxRetries) return Effect.succeedNone
+  const delay = Duration.toMillis(Duration.decode(options.delay ?? defaultExponential.delay))
+  const multiplier = options.multiplier ?? defaultExponential.multiplier
+  const maxDelay = Duration.toMillis(Duration.decode(options.maxDelay ?? defaultExponential.maxDelay))
+  const jitter = options.jitter ?? defaultExponential.jitter
+  // 0 × ∞ (no first delay, a huge attempt) is no delay, not NaN.
+  const base = delay === 0 ? 0 : delay * Math.pow(multiplier, attempt - 1)
+  const capped = (ms: number) => Option.some(Duration.millis(Math.min(ms, maxDelay)))
+  return jitter > 0
+    ? Effect.map(Random.nextRange(1 - jitter, 1 + jitter), (factor) => capped(base * factor))
+    : Effect.succeed(capped(base))
 }
 
 /**

@@ -5,6 +5,7 @@
  */
 import * as Config from "effect/Config"
 import type * as ConfigError from "effect/ConfigError"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -34,11 +35,21 @@ export interface Options {
   readonly transports?: Readonly<Record<string, Policy>>
 }
 
-const toSchedule = (policy: Policy): Effect.Effect<Schedule.Schedule<unknown, unknown>, OutboxConfigError> => {
-  if (Schedule.isSchedule(policy)) return Effect.succeed(policy as Schedule.Schedule<unknown, unknown>)
+/** A policy's answer for an attempt: the delay before it, or `None` to give up. */
+type DelayOf = (attempt: number, error: unknown) => Effect.Effect<Option.Option<Duration.Duration>>
+
+/**
+ * Exponential options are answered in closed form — exact for any budget, at any attempt — and a `Schedule` by
+ * stepping it (`RetryDelay.delayForAttempt`, at most `RetryDelay.maxSteps` steps).
+ */
+const toDelayOf = (policy: Policy): Effect.Effect<DelayOf, OutboxConfigError> => {
+  if (Schedule.isSchedule(policy)) {
+    const schedule = policy as Schedule.Schedule<unknown, unknown>
+    return Effect.succeed((attempt, error) => RetryDelay.delayForAttempt(schedule, attempt, error))
+  }
   const options = policy as RetryDelay.ExponentialOptions
   return Option.match(RetryDelay.validateExponential(options), {
-    onNone: () => Effect.succeed(RetryDelay.exponential(options) as Schedule.Schedule<unknown, unknown>),
+    onNone: () => Effect.succeed((attempt: number) => RetryDelay.exponentialDelay(options, attempt)),
     onSome: (message) => Effect.fail(new OutboxConfigError({ message: `Invalid retry options: ${message}` }))
   })
 }
@@ -51,14 +62,13 @@ const toSchedule = (policy: Policy): Effect.Effect<Schedule.Schedule<unknown, un
  */
 export const make = (options: Options = {}): Effect.Effect<RetryStrategyShape, OutboxConfigError> =>
   Effect.gen(function*() {
-    const fallback = yield* toSchedule(options.default ?? {})
-    const perTransport = new Map<string, Schedule.Schedule<unknown, unknown>>()
+    const fallback = yield* toDelayOf(options.default ?? {})
+    const perTransport = new Map<string, DelayOf>()
     for (const [name, policy] of Object.entries(options.transports ?? {})) {
-      perTransport.set(name, yield* toSchedule(policy))
+      perTransport.set(name, yield* toDelayOf(policy))
     }
     return {
-      delayFor: ({ attempt, error, transport }) =>
-        RetryDelay.delayForAttempt(perTransport.get(transport) ?? fallback, attempt, error)
+      delayFor: ({ attempt, error, transport }) => (perTransport.get(transport) ?? fallback)(attempt, error)
     }
   })
 

@@ -42,7 +42,7 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
       headers,
       error: new MessageDecodeError({
         reason: "UnknownType",
-        type: headers.type,
+        type: cut(headers.type, maxNameLength),
         message: `Unknown message type ${
           JSON.stringify(cut(headers.type, maxNameLength))
         }: no message class is registered for it`
@@ -56,7 +56,7 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
     return Either.left({
       headers,
       error: new NoHandlerForMessageError({
-        type: headers.type,
+        type: cut(headers.type, maxNameLength),
         transport: row.transport,
         message: `No handler for ${cut(headers.type, maxNameLength)} received from transport ${row.transport}`
       })
