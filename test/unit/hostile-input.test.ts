@@ -38,6 +38,14 @@ describe("retry decisions", () => {
       expect(yield* RetryDelay.delayForAttempt(backoff.schedule, 1_000_000, undefined)).toEqual(Option.none())
       expect(backoff.counter.steps).toBeLessThanOrEqual(6)
 
+      // Exponential options are answered in closed form: exact for budgets past the bound too.
+      const big = { maxRetries: 1_500, delay: "1 second", multiplier: 2, maxDelay: "1 hour" } as const
+      expect(yield* RetryDelay.exponentialDelay(big, 1_501)).toEqual(Option.none())
+      expect(Option.map(yield* RetryDelay.exponentialDelay(big, 1_500), Duration.toMillis)).toEqual(
+        Option.some(3_600_000)
+      )
+      expect(Option.map(yield* RetryDelay.exponentialDelay(big, 3), Duration.toMillis)).toEqual(Option.some(4_000))
+
       // Below the bound the answers are exact.
       const exact = yield* RetryDelay.delayForAttempt(RetryDelay.exponential({ maxRetries: 5 }), 3, undefined)
       expect(Option.map(exact, Duration.toMillis)).toEqual(Option.some(9_000))
