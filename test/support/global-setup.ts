@@ -1,3 +1,4 @@
+import pg from "pg"
 import type { TestProject } from "vitest/node"
 import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
 import { ensureBroker } from "./rabbitmq.js"
@@ -37,11 +38,40 @@ export default async function setup(project: TestProject) {
     if (brokerResult.status === "fulfilled") await brokerResult.value.stop?.()
     throw pgResult.status === "rejected" ? pgResult.reason : (brokerResult as PromiseRejectedResult).reason
   }
-  const pg = pgResult.value
+  const server = pgResult.value
   const broker = brokerResult.value
-  project.provide("adminDatabaseUrl", pg?.url ?? fromEnv!)
+  const url = server?.url ?? fromEnv!
+  try {
+    await checkServerVersion(url)
+  } catch (error) {
+    await Promise.all([server?.stop(), broker.stop?.()])
+    throw error
+  }
+  project.provide("adminDatabaseUrl", url)
   project.provide("amqpUrl", broker.url)
   return async () => {
-    await Promise.all([pg?.stop(), broker.stop?.()])
+    await Promise.all([server?.stop(), broker.stop?.()])
+  }
+}
+
+/**
+ * Says which server the run tests, and — with `OUTBOX_POSTGRES_MAJOR` (CI's PostgreSQL matrix) — fails the run
+ * when it is not that major, so a cell of the matrix never passes on the wrong server.
+ */
+const checkServerVersion = async (url: string): Promise<void> => {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    const { rows } = await client.query<{ version: string; num: string }>(
+      "SELECT current_setting('server_version') AS version, current_setting('server_version_num') AS num"
+    )
+    const { num, version } = rows[0]!
+    console.log(`PostgreSQL ${version} (Node.js ${process.versions.node})`)
+    const expected = process.env.OUTBOX_POSTGRES_MAJOR
+    if (expected !== undefined && expected !== "" && String(Math.floor(Number(num) / 10_000)) !== expected) {
+      throw new Error(`OUTBOX_POSTGRES_MAJOR is ${expected}, but the tests would run on PostgreSQL ${version}`)
+    }
+  } finally {
+    await client.end()
   }
 }
