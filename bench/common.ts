@@ -137,3 +137,17 @@ export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 /** The arguments that make a child node process run TypeScript the way this one does (tsx). */
 export const tsNodeArgs = (): Array<string> =>
   process.execArgv.some((a) => a.includes("tsx")) ? [...process.execArgv] : ["--import", "tsx"]
+
+/**
+ * The peers' current releases need a current Node.js (graphile-worker 0.18: ≥ 22.18; pg-boss 12: ≥ 22.12): on an
+ * older one the run stops at once, saying where to get one, instead of failing inside a contender.
+ */
+export const requireCurrentNode = (): void => {
+  const [major, minor] = process.versions.node.split(".").map(Number) as [number, number]
+  if (major > 22 || (major === 22 && minor >= 18)) return
+  console.error(
+    `The benchmark needs Node.js ≥ 22.18 (graphile-worker 0.18, pg-boss 12); this is ${process.version}. ` +
+      `Node 24 from npm: npm ci --prefix .ci/matrix, then PATH="$PWD/.ci/matrix/node_modules/node-24/bin:$PATH" npm run bench`
+  )
+  process.exit(2)
+}

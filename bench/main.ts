@@ -18,6 +18,7 @@ import {
   type BurnDownContender,
   businessTableSql,
   type DispatchContender,
+  requireCurrentNode,
   root,
   tsNodeArgs,
   withDeadline
@@ -782,13 +783,13 @@ const targets = (
     out.push({
       name: "burn-down: ours ÷ graphile-worker fast settings",
       value: ratio(v),
-      goal: "≥ 1.25×",
-      met: v >= 1.25
+      goal: "≥ 2.0×",
+      met: v >= 2.0
     })
   }
   if (ours && raw) {
     const v = ours.rates.median / raw.rates.median
-    out.push({ name: "burn-down: ours ÷ raw-SQL limit", value: ratio(v), goal: "≥ 0.75×", met: v >= 0.75 })
+    out.push({ name: "burn-down: ours ÷ raw-SQL limit", value: ratio(v), goal: "≥ 0.85×", met: v >= 0.85 })
   }
   const d = find(dispatch, "ours")
   if (d) {
@@ -810,7 +811,6 @@ const targets = (
     })
   }
   const lo = find(latency, "ours")
-  const lg = find(latency, "graphile-default")
   if (lo) {
     out.push({ name: "latency: ours commit → handler p50", value: ms(lo.ms.p50), goal: "≤ 3 ms", met: lo.ms.p50 <= 3 })
     out.push({
@@ -820,11 +820,20 @@ const targets = (
       met: lo.ms.p99 <= 15
     })
   }
-  if (lo && lg) {
-    const v50 = lo.ms.p50 / lg.ms.p50
-    const v99 = lo.ms.p99 / lg.ms.p99
-    out.push({ name: "latency: ours ÷ graphile-worker defaults, p50", value: ratio(v50), goal: "< 1×", met: v50 < 1 })
-    out.push({ name: "latency: ours ÷ graphile-worker defaults, p99", value: ratio(v99), goal: "< 1×", met: v99 < 1 })
+  // Against graphile-worker in both producer placements: in the worker's process and in a process of its own.
+  for (const producer of Array.from(new Set((latency ?? []).map((l) => l.producer)))) {
+    const ours = latency?.find((l) => l.id.startsWith("ours") && l.producer === producer)
+    const peer = latency?.find((l) => l.id.startsWith("graphile-default") && l.producer === producer)
+    if (ours === undefined || peer === undefined) continue
+    for (const p of ["p50", "p99"] as const) {
+      const v = ours.ms[p] / peer.ms[p]
+      out.push({
+        name: `latency: ours ÷ graphile-worker defaults, ${p}, producer in ${producer}`,
+        value: ratio(v),
+        goal: "< 1×",
+        met: v < 1
+      })
+    }
   }
   if (delayed) {
     out.push({
@@ -886,6 +895,7 @@ const revision = (): string => {
 // Main
 
 const main = async () => {
+  requireCurrentNode()
   const o = parseOptions(process.argv.slice(2))
   const began = performance.now()
   const measured = revision() // before the run: what src/ was when the contenders were loaded
