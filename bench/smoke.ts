@@ -151,7 +151,7 @@ const checkResult = (result: BenchJson, stdout: string) => {
     check(ms < result.recovery.leaseMs * 5, `recovery: redelivered after ${ms} ms, expected < 5 leases`)
   }
 
-  check(result.targets.length === 10, `targets: ${result.targets.length}, expected 10`)
+  check(result.targets.length === 12, `targets: ${result.targets.length}, expected 12`)
 
   // The printed tables name every contender.
   for (const label of [...result.burnDown, ...result.dispatch, ...result.latency].map((r) => r.label)) {
