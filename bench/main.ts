@@ -84,7 +84,7 @@ const usage = `npm run bench -- [options]
   --memory-first N        first RSS sample (default 10000; quick 200)
   --memory-total N        messages of the memory run (default 500000; quick 2000)
   --memory-rounds N       rounds of the memory run (default 2; quick 1)
-  --pgboss-workers N      pg-boss work() calls on the queue (default 16, its best on the 2-core machine)
+  --pgboss-workers N      pg-boss work() calls on the queue (default 6, its best on the 2-core machine)
   --latency-messages N    latency: messages measured, sent one at a time after the warm-up (default 1000; quick 50)
   --latency-warmup N      latency: messages sent first, measured apart as the start-up tail, while the JIT
                           still optimizes worker and producer (default 3000, ≈ 35 s; quick 10)
@@ -170,7 +170,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     memoryFirst: Math.min(Math.floor(num("memory-first", 10_000, 200)), memoryTotal),
     memoryTotal,
     memoryRounds: Math.floor(num("memory-rounds", 2, 1)),
-    pgbossWorkers: Math.floor(num("pgboss-workers", 16, 16)),
+    pgbossWorkers: Math.floor(num("pgboss-workers", 6, 6)),
     latencyMessages,
     latencyWarmup: Math.max(0, Math.floor(num("latency-warmup", 3_000, 10))),
     latencyGapMs: num("latency-gap", 10, 10),
