@@ -10,8 +10,6 @@ import * as Schema from "effect/Schema"
 import * as Text from "../internal/text.js"
 import { MessageDecodeError, MessageEncodeError } from "./Errors.js"
 
-const { cut, guardStack, maxMessageLength, maxNameLength, nestedDeeperThan } = Text
-
 /**
  * Any message value: a tagged object.
  *
@@ -153,8 +151,10 @@ export const decodeBody = <A extends Tagged>(
   body: string
 ): Either.Either<A, MessageDecodeError> => {
   const corrupt = (message: string) =>
-    Either.left(new MessageDecodeError({ reason: "CorruptBody", type: cut(schema._tag, maxNameLength), message }))
-  if (nestedDeeperThan(body, maxJsonDepth)) {
+    Either.left(
+      new MessageDecodeError({ reason: "CorruptBody", type: Text.cut(schema._tag, Text.maxNameLength), message })
+    )
+  if (Text.nestedDeeperThan(body, Text.maxJsonDepth)) {
     return corrupt(`Body nests arrays or objects deeper than ${maxJsonDepth} levels`)
   }
   let json: unknown
@@ -162,15 +162,20 @@ export const decodeBody = <A extends Tagged>(
     json = JSON.parse(body)
   } catch (error) {
     return corrupt(
-      cut(`Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`, maxMessageLength)
+      Text.cut(
+        `Body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`,
+        Text.maxMessageLength
+      )
     )
   }
   const invalid = (message: string) =>
-    new MessageDecodeError({ reason: "InvalidBody", type: cut(schema._tag, maxNameLength), message })
-  return guardStack(
+    new MessageDecodeError({ reason: "InvalidBody", type: Text.cut(schema._tag, Text.maxNameLength), message })
+  return Text.guardStack(
     () =>
       decoderOf(schema)(json).pipe(
-        Either.mapLeft((error) => invalid(cut(ParseResult.TreeFormatter.formatErrorSync(error), maxMessageLength)))
+        Either.mapLeft((error) =>
+          invalid(Text.cut(ParseResult.TreeFormatter.formatErrorSync(error), Text.maxMessageLength))
+        )
       ),
     () => Either.left(invalid("Body is too large or too deeply nested to be checked against its schema"))
   )

@@ -85,6 +85,15 @@ export const defaultExponential = {
   jitter: 0
 } as const
 
+/** The options with every default filled in, durations decoded: what `exponential` and `exponentialDelay` read. */
+const withDefaults = (options: ExponentialOptions) => ({
+  maxRetries: options.maxRetries ?? defaultExponential.maxRetries,
+  delay: Duration.decode(options.delay ?? defaultExponential.delay),
+  multiplier: options.multiplier ?? defaultExponential.multiplier,
+  maxDelay: Duration.decode(options.maxDelay ?? defaultExponential.maxDelay),
+  jitter: options.jitter ?? defaultExponential.jitter
+})
+
 /**
  * Builds the backoff schedule `delay × multiplier^(n-1)`, jittered, capped at `maxDelay`, at most
  * `maxRetries` recurrences. Invalid options are a defect of configuration and are reported by
@@ -94,11 +103,7 @@ export const defaultExponential = {
  * @category constructors
  */
 export const exponential = (options: ExponentialOptions = {}): Schedule.Schedule<Duration.Duration> => {
-  const maxRetries = options.maxRetries ?? defaultExponential.maxRetries
-  const delay = Duration.decode(options.delay ?? defaultExponential.delay)
-  const multiplier = options.multiplier ?? defaultExponential.multiplier
-  const maxDelay = Duration.decode(options.maxDelay ?? defaultExponential.maxDelay)
-  const jitter = options.jitter ?? defaultExponential.jitter
+  const { delay, jitter, maxDelay, maxRetries, multiplier } = withDefaults(options)
   let schedule: Schedule.Schedule<Duration.Duration> = Schedule.exponential(delay, multiplier)
   if (jitter > 0) schedule = Schedule.jitteredWith(schedule, { min: 1 - jitter, max: 1 + jitter })
   return schedule.pipe(
@@ -120,12 +125,11 @@ export const exponentialDelay = (
   options: ExponentialOptions,
   attempt: number
 ): Effect.Effect<Option.Option<Duration.Duration>> => {
-  const maxRetries = options.maxRetries ?? defaultExponential.maxRetries
-  if (!Number.isInteger(attempt) || attempt < 1 || attempt > maxRetries) return Effect.succeedNone
-  const delay = Duration.toMillis(Duration.decode(options.delay ?? defaultExponential.delay))
-  const multiplier = options.multiplier ?? defaultExponential.multiplier
-  const maxDelay = Duration.toMillis(Duration.decode(options.maxDelay ?? defaultExponential.maxDelay))
-  const jitter = options.jitter ?? defaultExponential.jitter
+  const resolved = withDefaults(options)
+  if (!Number.isInteger(attempt) || attempt < 1 || attempt > resolved.maxRetries) return Effect.succeedNone
+  const { jitter, multiplier } = resolved
+  const delay = Duration.toMillis(resolved.delay)
+  const maxDelay = Duration.toMillis(resolved.maxDelay)
   // 0 × ∞ (no first delay, a huge attempt) is no delay, not NaN.
   const base = delay === 0 ? 0 : delay * Math.pow(multiplier, attempt - 1)
   const capped = (ms: number) => Option.some(Duration.millis(Math.min(ms, maxDelay)))

@@ -24,7 +24,7 @@ import { failureTransports, positiveDuration, rowCapabilities, unknownTransport 
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { runMigrations } from "./internal/migrate.js"
-import { isStorageMissing, storageNotReady, transportError } from "./pg/errors.js"
+import { isStorageUnusable, storageNotReady, transportError } from "./pg/errors.js"
 import * as PgSession from "./pg/PgSession.js"
 import * as PgWakeups from "./pg/PgWakeups.js"
 import * as Migrations from "./pg/sql/migrations.js"
@@ -157,7 +157,7 @@ export const make = (
       Effect.mapError(self, (error) => transportError(transport, operation, error))
     /** The hot path's errors: a missing table or claim function is a `StorageNotReadyError`, not an outage. */
     const toError = (transport: string, operation: string, error: SqlError) =>
-      isStorageMissing(error) ? storageNotReady(table, error) : transportError(transport, operation, error)
+      isStorageUnusable(error) ? storageNotReady(table, error) : transportError(transport, operation, error)
 
     const setup = runMigrations({
       sql,

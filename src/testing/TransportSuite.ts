@@ -11,7 +11,6 @@ import * as Effect from "effect/Effect"
 import type * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { Capabilities } from "../services/Transport.js"
 import type { TransportBackend } from "../services/TransportAdmin.js"
 import * as Admin from "./transport/admin.js"
 import * as Claims from "./transport/claims.js"
@@ -56,14 +55,7 @@ export const lease = Shared.lease
 export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
   layer(backend.layer)(backend.name, (it) => {
     /** The case runs only when the backend can (its capabilities for `outbox`, and a clock to move). */
-    const when: When<R> = (
-      title: string,
-      needs: { readonly capabilities?: ReadonlyArray<keyof Capabilities>; readonly time?: boolean },
-      body: (
-        t: TransportBackend,
-        advance: (ms: number) => Effect.Effect<void, unknown, R>
-      ) => Effect.Effect<void, unknown, R>
-    ) =>
+    const when: When<R> = (title, needs, body) =>
       it.scoped(title, () =>
         Effect.gen(function*() {
           // The backend lives for the case (a broker connection closes with its scope).

@@ -20,7 +20,7 @@ const codeOf = (error: SqlError): unknown => (error.cause as { code?: unknown } 
  * Whether a SQL failure says the storage cannot be used as it is: it does not exist (yet), or the role lacks a
  * privilege on it. Neither is retried. @internal
  */
-export const isStorageMissing = (error: SqlError): boolean => {
+export const isStorageUnusable = (error: SqlError): boolean => {
   const code = codeOf(error)
   return typeof code === "string" && (missing.has(code) || code === denied)
 }
