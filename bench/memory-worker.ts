@@ -1,11 +1,12 @@
 /**
  * The worker process of the memory scenario (spawned by bench/main.ts, so that its RSS is the worker's
  * alone). Consumes the pre-inserted messages and prints one JSON line per sample on stdout:
- * `{"handled":N,"rss":bytes,"heapUsed":bytes}`, then `{"done":true,"handled":N,"seconds":s}`. Run with
+ * `{"handled":N,"rss":bytes,"heapUsed":bytes,…}` (every figure of `process.memoryUsage()`), then `{"done":true,"handled":N,"seconds":s}`. Run with
  * `--expose-gc`, each sample is taken right after a full garbage collection.
  *
  * Usage: memory-worker.ts <ours|graphile-fast> <database url> <total> <sample at, …>
  */
+import * as v8 from "node:v8"
 import * as Graphile from "./graphile.js"
 import * as Ours from "./ours.js"
 
@@ -26,7 +27,15 @@ const onHandled = () => {
   if (samples.has(handled)) {
     gc?.()
     const usage = process.memoryUsage()
-    emit({ handled, rss: usage.rss, heapUsed: usage.heapUsed })
+    emit({
+      handled,
+      rss: usage.rss,
+      heapUsed: usage.heapUsed,
+      heapTotal: usage.heapTotal,
+      external: usage.external,
+      arrayBuffers: usage.arrayBuffers,
+      spaces: Object.fromEntries(v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size]))
+    })
   }
 }
 

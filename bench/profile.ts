@@ -22,6 +22,8 @@ const rounds = Number(roundsText)
 const n = Number(nText)
 const batch = Number(batchText)
 const out = process.env.PROFILE_OUT ?? "/tmp/bench.cpuprofile"
+// PROFILE_ALL=1: every measured run is profiled (and its breakdown printed), not only the last.
+const profileAll = process.env.PROFILE_ALL === "1"
 
 const session = new inspector.Session()
 session.connect()
@@ -44,6 +46,50 @@ const rawConsume = async (url: string, onHandled: () => void) => {
   await client.end()
 }
 
+/** Busy and total jiffies of the whole machine (every process: the database server's too). */
+const machineCpu = () => {
+  const [, ...fields] = fs.readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/)
+  const values = fields.map(Number)
+  const idle = values[3]! + values[4]!
+  const total = values.reduce((a, b) => a + b, 0)
+  return { busy: total - idle, total }
+}
+
+interface CpuProfile {
+  readonly nodes: ReadonlyArray<
+    { readonly id: number; readonly callFrame: { readonly url: string; readonly functionName: string } }
+  >
+  readonly samples: ReadonlyArray<number>
+  readonly timeDeltas: ReadonlyArray<number>
+}
+
+/** Where a profile's samples were taken, by what owns the code (self time). */
+const categoryOf = (url: string, functionName: string): string => {
+  if (functionName === "(idle)") return "idle"
+  if (functionName === "(garbage collector)") return "GC"
+  if (/node_modules\/(pg|pg-protocol|pg-types|pg-pool|postgres-[a-z]+|pgpass|pg-int8)\//.test(url)) return "pg driver"
+  if (/node_modules\/(effect|@effect\/[a-z-]+)\//.test(url)) return "Effect runtime"
+  if (/\/(dist|src)\//.test(url) && !url.includes("node_modules")) return "effect-outbox"
+  if (url.includes("/bench/")) return "bench"
+  // Node's own JavaScript (sockets, streams, buffers, timers) and native code (UTF-8 decoding, writes).
+  return "Node.js"
+}
+
+/** Microseconds of self time per message, by category. */
+const breakdown = (profile: CpuProfile, messages: number): Map<string, number> => {
+  const category = new Map(
+    profile.nodes.map((node) => [node.id, categoryOf(node.callFrame.url, node.callFrame.functionName)])
+  )
+  const totals = new Map<string, number>()
+  profile.samples.forEach((id, i) => {
+    const key = category.get(id) ?? "Node.js"
+    totals.set(key, (totals.get(key) ?? 0) + (profile.timeDeltas[i] ?? 0))
+  })
+  return new Map([...totals].map(([key, us]) => [key, us / messages]))
+}
+
+const categories = ["effect-outbox", "Effect runtime", "pg driver", "Node.js", "GC", "bench"]
+
 const once = async (which: string, url: string, messages: number, profile: boolean) => {
   await Ours.setup(url)
   await Ours.seed(url, 1, messages)
@@ -60,15 +106,27 @@ const once = async (which: string, url: string, messages: number, profile: boole
     await post("Profiler.start")
   }
   const cpu0 = process.cpuUsage()
+  const machine0 = machineCpu()
   if (which === "raw") await rawConsume(url, onHandled)
   else await Ours.consume(url, { batchSize: batch, capMs: 600_000, onHandled })
   const cpu = process.cpuUsage(cpu0)
+  const machine1 = machineCpu()
   const seconds = time.seconds()
   if (profile) {
-    const { profile: p } = (await post("Profiler.stop")) as { profile: object }
+    const { profile: p } = (await post("Profiler.stop")) as { profile: CpuProfile }
     fs.writeFileSync(out, JSON.stringify(p))
+    const parts = breakdown(p, handled)
+    console.log(
+      `  self time per message: ${categories.map((key) => `${key} ${(parts.get(key) ?? 0).toFixed(2)} µs`).join(", ")}`
+    )
   }
-  return { handled, seconds, cpuSeconds: (cpu.user + cpu.system) / 1e6 }
+  return {
+    handled,
+    seconds,
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
+    // The share of every core busy (this process, the server, the rest of the machine).
+    machineBusy: (machine1.busy - machine0.busy) / (machine1.total - machine0.total)
+  }
 }
 
 const cluster = await startCluster({ noFsync: process.env.BENCH_NO_FSYNC === "1", log: console.error })
@@ -80,7 +138,7 @@ try {
   }
   for (let round = 0; round < rounds; round++) {
     for (const which of contenders) {
-      const last = round === rounds - 1 && which === contenders[contenders.length - 1]
+      const last = profileAll || (round === rounds - 1 && which === contenders[contenders.length - 1])
       const db = await freshDatabase(cluster.adminUrl, "profile")
       const m = await once(which, db.url, n, last)
       console.log(
@@ -88,7 +146,9 @@ try {
           Math.round(m.handled / m.seconds)
         } msg/s; ` +
           `node CPU ${m.cpuSeconds.toFixed(2)} s (${((m.cpuSeconds / m.seconds) * 100).toFixed(0)} % of one core), ` +
-          `${((m.cpuSeconds / m.handled) * 1e6).toFixed(1)} µs CPU per message${last ? `; profile: ${out}` : ""}`
+          `${((m.cpuSeconds / m.handled) * 1e6).toFixed(1)} µs CPU per message; machine ${
+            (m.machineBusy * 100).toFixed(0)
+          } % busy${last ? `; profile: ${out}` : ""}`
       )
       await db.drop()
     }

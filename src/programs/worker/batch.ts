@@ -34,6 +34,11 @@ export const giveBack = (acks: Acks.Acks, transport: TransportShape, name: strin
     )
   )
 
+/** A message's progress in its batch (`process`). */
+const running = 1
+const finished = 2
+const givenBack = 3
+
 /** Writes a retry or a move to the failure queue, then logs it and reports it. */
 const write = (
   state: RunState,
@@ -102,22 +107,23 @@ export const process = (
     const onEvent = options.onEvent
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
     const countsDeliveries = state.countsDeliveries.get(name) ?? true
-    // Claimed but not handed to a handler: given back at once when the batch ends.
-    const unstarted = new Set(batch.map((row) => row.id))
-    // Started and not finished: if the batch is interrupted (shutdown timeout), these go back at once.
-    const running = new Set<string>()
+    // Per message of the batch, by index: not started, running or given back (all three go back at once when the
+    // batch ends: unstarted after a limit, a shutdown or a failure mid-batch; running after a shutdown timeout;
+    // released by an interrupted handler), or finished. An array, not sets of ids: nothing allocated per message.
+    const progress = new Uint8Array(batch.length)
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
     const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined
 
     const record = (
       row: ReceivedMessage,
+      index: number,
       outcome: Outcome.Outcome,
       durationMs: number
     ): Effect.Effect<void, TransportError | UnknownTransportError> => {
       switch (outcome._tag) {
         case "Release":
-          unstarted.add(row.id)
+          progress[index] = givenBack
           return Effect.void
         case "Ack":
           Acks.push(acks, name, row.id)
@@ -134,12 +140,11 @@ export const process = (
       }
     }
 
-    const run = (row: ReceivedMessage, now: number) => {
+    const run = (row: ReceivedMessage, index: number, now: number) => {
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
-      unstarted.delete(row.id)
-      running.add(row.id)
+      progress[index] = running
       return Effect.flatMap(handle(row, registry, strategy, countsDeliveries), (outcome) => {
-        running.delete(row.id)
+        progress[index] = finished
         // hot path: an ack without an event hook needs no effect at all
         if (outcome._tag === "Ack" && onEvent === undefined) {
           Acks.push(acks, name, row.id)
@@ -147,19 +152,25 @@ export const process = (
           return Effect.void
         }
         return timed
-          ? Effect.flatMap(Clock.currentTimeMillis, (end) => Effect.uninterruptible(record(row, outcome, end - now)))
-          : Effect.uninterruptible(record(row, outcome, 0))
+          ? Effect.flatMap(
+            Clock.currentTimeMillis,
+            (end) => Effect.uninterruptible(record(row, index, outcome, end - now))
+          )
+          : Effect.uninterruptible(record(row, index, outcome, 0))
       })
     }
-    const one = (row: ReceivedMessage) =>
-      timed ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, now)) : Effect.suspend(() => run(row, 0))
+    const one = (row: ReceivedMessage, index: number) =>
+      timed
+        ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, index, now))
+        : Effect.suspend(() => run(row, index, 0))
 
     // The acks of the batch ride on the next claim or go to the writer; what was claimed but not started (a
     // limit, shutdown, a failure mid-batch) goes back at once.
     const settle = Effect.suspend(() => {
       Acks.flushNow(acks)
-      for (const id of running) unstarted.add(id)
-      return giveBack(acks, transport, name, Array.from(unstarted))
+      const back: Array<string> = []
+      for (let i = 0; i < batch.length; i++) if (progress[i] !== finished) back.push(batch[i]!.id)
+      return giveBack(acks, transport, name, back)
     })
 
     // After an interruption, the handlers in flight get `shutdownTimeout` to finish (then the runner is
@@ -189,7 +200,7 @@ export const process = (
       onStart()
       const stopTimer = Acks.batchStarted(acks, batch.length)
       const work = runner.submit(
-        batch.length === 1 ? one(batch[0]!) : Effect.forEach(batch, one, { concurrency, discard: true })
+        batch.length === 1 ? one(batch[0]!, 0) : Effect.forEach(batch, one, { concurrency, discard: true })
       )
       return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
         stopTimer()

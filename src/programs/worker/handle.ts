@@ -129,12 +129,14 @@ const runHandlers = (
 ): Effect.Effect<Outcome.Outcome> => {
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-    return Effect.flatMap(Effect.exit(handlers[0]!.run(envelope.message, envelope)), (exit) =>
-      Exit.isSuccess(exit)
-        ? Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none()))
-        : Cause.isInterruptedOnly(exit.cause)
-        ? Effect.succeed(Outcome.release)
-        : settle({ _tag: "HandlersFailed", causes: [exit.cause], handledBy: [] }, envelope, strategy))
+    return Effect.matchCauseEffect(handlers[0]!.run(envelope.message, envelope), {
+      onSuccess: () =>
+        Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
+      onFailure: (cause) =>
+        Cause.isInterruptedOnly(cause)
+          ? Effect.succeed(Outcome.release)
+          : settle({ _tag: "HandlersFailed", causes: [cause], handledBy: [] }, envelope, strategy)
+    })
   }
   return Effect.gen(function*() {
     const done = new Set(envelope.headers.handledBy ?? [])
