@@ -452,6 +452,7 @@ const violations = (kase: Case, ran: Ran): Array<string> => {
 const reportViolations = (_kase: Case, ran: Ran): Array<string> => {
   const found: Array<string> = []
   for (const event of ran.events) {
+    if (event._tag === "Started" || event._tag === "Stopped") continue
     if (event._tag !== "Handled") found.push(...detailsOverBounds(`${event._tag} event error`, event.error))
     found.push(...overBounds([[`${event._tag} event type`, event.type, textBound]]))
   }

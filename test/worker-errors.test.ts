@@ -145,7 +145,8 @@ describe("storage that is not set up", () => {
         expect(worker.message).toContain("run `outbox setup-transports`")
         // One attempt, no restart loop: the worker says it stopped, and why.
         expect(logs.filter((line) => line.includes("restarting the loop"))).toEqual([])
-        expect(logs.filter((line) => line.startsWith("outbox worker: stopped: The outbox table"))).toHaveLength(1)
+        expect(logs.filter((line) => line.startsWith("outbox worker: stopped (failure: The outbox table")))
+          .toHaveLength(1)
 
         const producer = yield* Effect.flip(Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })))
         expect(producer._tag).toBe("StorageNotReadyError")

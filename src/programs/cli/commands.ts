@@ -103,7 +103,7 @@ export const make = (options: CliOptions, environment: Environment) => {
             ...(o.verbose
               ? {
                 onEvent: (event: Worker.WorkerEvent) =>
-                  Console.log(
+                  event._tag === "Started" || event._tag === "Stopped" ? Effect.void : Console.log(
                     `${event.messageId} ${event.type} ${event._tag.toLowerCase()} ${event.durationMs}ms` +
                       (event._tag === "Handled" ? "" : ` ${event.error.tag}: ${oneLine(event.error.message)}`)
                   )

@@ -3,9 +3,12 @@
  *
  * @since 0.1.0
  */
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
+import type * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
@@ -19,7 +22,7 @@ import * as Acks from "./acks.js"
 import * as Heartbeat from "./heartbeat.js"
 import * as Limits from "./limits.js"
 import * as Loop from "./loop.js"
-import type { WorkerOptions, WorkerSummary } from "./model.js"
+import { WorkerEvent, type WorkerOptions, type WorkerSummary } from "./model.js"
 import * as Options from "./options.js"
 import type { RunState } from "./state.js"
 
@@ -68,6 +71,16 @@ export const run = (
 > =>
   Effect.gen(function*() {
     yield* Options.validate(options)
+    const startedAt = yield* Clock.currentTimeMillis
+    // A hook that dies is logged, never the end of the worker (an interruption still interrupts).
+    const hook = options.onEvent
+    const onEvent = hook === undefined ?
+      undefined :
+      (event: WorkerEvent) =>
+        Effect.catchAllCause(Effect.suspend(() => hook(event)), (cause) =>
+          Cause.isInterruptedOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.logWarning(`outbox worker: the onEvent hook failed on ${event._tag}`, Cause.squash(cause)))
     const transport = yield* Transport
     const registry = yield* Handlers
     const strategy = yield* RetryStrategy
@@ -81,7 +94,7 @@ export const run = (
       Duration.decode(options.settleTimeout ?? "1 minute")
     )
     const state: RunState = {
-      options,
+      options: onEvent === undefined ? options : { ...options, onEvent },
       transport,
       session,
       registry,
@@ -101,6 +114,18 @@ export const run = (
     }
     yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports))
     const writer = yield* Effect.forkScoped(Acks.writer(acks, transport))
+    const started = startedEvent(options, transport, session.transports)
+    yield* Effect.logInfo(startedLine(started))
+    if (onEvent !== undefined) yield* onEvent(started)
+    const stopped = (stoppedBy: StoppedEvent["stoppedBy"], failure?: Cause.Cause<unknown>) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const event = WorkerEvent.Stopped({ stoppedBy, ...state.limits.counts, durationMs: now - startedAt })
+        const line = stoppedLine(event, failure === undefined ? undefined : describeFailure(failure))
+        return Effect.zipRight(
+          failure === undefined ? Effect.logInfo(line) : Effect.logError(line),
+          onEvent === undefined ? Effect.void : onEvent(event)
+        )
+      })
     // Last: the acks still queued are written (the leases renewed until they are), whatever ended the run.
     const finish = Effect.zipRight(
       Fiber.interrupt(writer),
@@ -116,10 +141,69 @@ export const run = (
       // The restart schedule never ends: a storage failure cannot get past it.
       Effect.catchTag("TransportError", (error) => Effect.die(error)),
       Effect.catchTag("StopWorker", (stop) => Effect.succeed(stop.reason)),
-      Effect.tapError((error) => Effect.logError(`outbox worker: stopped: ${error.message}`)),
       Effect.ensuring(finish),
-      Effect.onInterrupt(() => Effect.logInfo("outbox worker: stopped by interruption")),
-      Effect.annotateLogs({ worker: "effect-outbox" })
+      Effect.onExit((exit) =>
+        Exit.isSuccess(exit)
+          ? stopped(exit.value)
+          : Cause.isInterruptedOnly(exit.cause)
+          ? stopped("interrupted")
+          : stopped("failure", exit.cause)
+      )
     )
     return { ...state.limits.counts, stoppedBy: reason }
-  }).pipe(Effect.scoped)
+  }).pipe(Effect.scoped, Effect.annotateLogs({ worker: "effect-outbox" }))
+
+type StartedEvent = Extract<WorkerEvent, { readonly _tag: "Started" }>
+type StoppedEvent = Extract<WorkerEvent, { readonly _tag: "Stopped" }>
+
+const startedEvent = (
+  options: WorkerOptions,
+  transport: Context.Tag.Service<Transport>,
+  names: ReadonlyArray<string>
+): StartedEvent => {
+  const leaseMs: Record<string, number> = {}
+  for (const name of names) {
+    const lease = transport.lease(name)
+    if (Option.isSome(lease)) leaseMs[name] = Duration.toMillis(lease.value)
+  }
+  return WorkerEvent.Started({
+    transports: names,
+    batchSize: Math.max(1, Math.floor(options.batchSize ?? 50)),
+    concurrency: Math.max(1, Math.floor(options.concurrency ?? 1)),
+    prefetch: options.prefetch ?? true,
+    leaseMs,
+    pid: process.pid
+  })
+}
+
+/** One line a supervisor's log and a person can read: what this worker consumes, and how. */
+const startedLine = (event: StartedEvent): string => {
+  const leases = Object.entries(event.leaseMs).map(([name, ms]) => `${name} ${Duration.format(Duration.millis(ms))}`)
+  return `outbox worker: started (pid ${event.pid}): transports ${
+    event.transports.join(", ")
+  }; batch ${event.batchSize}, ` +
+    `concurrency ${event.concurrency}, prefetch ${event.prefetch ? "on" : "off"}` +
+    (leases.length > 0 ? `; lease ${leases.join(", ")}` : "")
+}
+
+const stoppedLine = (event: StoppedEvent, failure: string | undefined): string =>
+  `outbox worker: stopped (${failure === undefined ? stopWords[event.stoppedBy] : `failure: ${failure}`}) after ${
+    event.durationMs < 1000 ? `${Math.round(event.durationMs)} ms` : Duration.format(Duration.millis(event.durationMs))
+  }: ` +
+  `${event.handled} handled, ${event.retried} retried, ${event.failed} moved to the failure queue`
+
+const stopWords: Record<StoppedEvent["stoppedBy"], string> = {
+  limit: "message limit reached",
+  "failure-limit": "failure limit reached",
+  "time-limit": "time limit reached",
+  "memory-limit": "memory limit reached",
+  empty: "nothing left to consume",
+  interrupted: "interrupted",
+  failure: "a failure"
+}
+
+/** The error of a failed run, in one line. */
+const describeFailure = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  return error instanceof Error ? error.message : String(error)
+}

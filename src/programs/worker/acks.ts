@@ -2,10 +2,12 @@
  * The ack sink: what the worker holds per transport (claimed, not yet settled in storage — their leases are
  * renewed) and the handled messages whose ack is not written yet. Acks ride on the next claim when the backend
  * can ack with a claim; what waited `ackInterval` without one — a long batch, an idle queue, a backend without
- * `ackWithClaim` — is written by a background writer, never on the way of a handler.
+ * `ackWithClaim` — is written by a background writer, never on the way of a handler. Every time here is the
+ * fiber's `Clock` (a `TestClock` in tests): no timer of its own.
  *
  * @internal
  */
+import type * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
@@ -50,18 +52,22 @@ export interface Acks {
   readonly held: Map<string, Set<string>>
   /** Per transport: handled messages whose ack is not written yet. */
   readonly queued: Map<string, Array<string>>
-  /** When the oldest unwritten ack of a transport was queued (`Date.now()`). */
+  /** When the oldest unwritten ack of a transport was queued (`clock` milliseconds). */
   readonly since: Map<string, number>
   /** Something to write: wakes the writer. */
   readonly pending: Queue.Queue<void>
   /** Write every queued ack now (set by `flushNow`, read by the writer). */
   urgent: boolean
-  /** Resumes the writer while it waits out the ack interval. */
+  /** Resumes the writer while it waits out the ack interval (`flushNow`, or the running batch ended). */
   interruptWait: (() => void) | undefined
   /** Acks ride on the next claim: the writer is only needed for long batches and idle queues. */
   readonly rideOnClaims: boolean
-  /** When the running batch started (`Date.now()`). */
+  /** When the running batch started (`clock` milliseconds). */
   batchStartedAt: number
+  /** A batch of several messages runs: the writer wakes once it has run `ackInterval`. */
+  batchRunning: boolean
+  /** The worker's clock: every time of the sink is read from it. */
+  readonly clock: Clock.Clock
   /** The writer was signalled and has not gone back to waiting. */
   writerAwake: boolean
   /** How writes that settle messages are retried through a storage outage. */
@@ -79,7 +85,7 @@ export const make = (
   rideOnClaims: boolean,
   settleTimeout: Duration.Duration
 ): Effect.Effect<Acks> =>
-  Effect.map(Queue.sliding<void>(1), (pending) => ({
+  Effect.zipWith(Queue.sliding<void>(1), Effect.clock, (pending, clock) => ({
     held: new Map(names.map((name) => [name, new Set<string>()])),
     queued: new Map(names.map((name) => [name, []])),
     since: new Map(),
@@ -88,6 +94,8 @@ export const make = (
     interruptWait: undefined,
     rideOnClaims,
     batchStartedAt: 0,
+    batchRunning: false,
+    clock,
     writerAwake: false,
     writeRetry: storageRetry(settleTimeout),
     releaseRetry: storageRetry(Duration.min(settleTimeout, maxReleaseRetry))
@@ -126,7 +134,7 @@ export const push = (acks: Acks, name: string, id: string): void => {
     acks.queued.set(name, queued)
   }
   queued.push(id)
-  const now = Date.now()
+  const now = acks.clock.unsafeCurrentTimeMillis()
   if (queued.length === 1) acks.since.set(name, now)
   if (!acks.rideOnClaims || now - acks.batchStartedAt >= ackIntervalMs) wakeWriter(acks)
 }
@@ -147,12 +155,20 @@ export const requeue = (acks: Acks, name: string, ids: ReadonlyArray<string>): v
   for (const id of ids) push(acks, name, id)
 }
 
-/** A batch begins: its finished messages are written by the writer once it has run `ackInterval`. @internal */
+/**
+ * A batch begins: its finished messages are written by the writer once it has run `ackInterval` (the writer
+ * waits for that on the clock). Returns what ends it. @internal
+ */
 export const batchStarted = (acks: Acks, size: number): () => void => {
-  acks.batchStartedAt = Date.now()
+  acks.batchStartedAt = acks.clock.unsafeCurrentTimeMillis()
   if (!acks.rideOnClaims || size <= 1) return noop
-  const timer = setTimeout(() => wakeWriter(acks), ackIntervalMs)
-  return () => clearTimeout(timer)
+  acks.batchRunning = true
+  wakeWriter(acks)
+  return () => {
+    acks.batchRunning = false
+    // A writer waiting for this batch's interval goes back to sleep: the batch's acks ride on the next claim.
+    acks.interruptWait?.()
+  }
 }
 
 const noop = () => {}
@@ -170,27 +186,23 @@ const wakeWriter = (acks: Acks): void => {
   acks.pending.unsafeOffer(undefined)
 }
 
-/** Waits `ms`, or less when `flushNow` is called; resolves with whether it was. */
-const waitOrUrgent = (acks: Acks, ms: number): Effect.Effect<boolean> =>
+/** Woken early by `interruptWait`: `flushNow`, or the end of the batch the writer waits for. */
+const wokenEarly = (acks: Acks): Effect.Effect<boolean> =>
   Effect.async<boolean>((resume) => {
-    if (acks.urgent) {
-      resume(Effect.succeed(true))
-      return
-    }
-    const timer = setTimeout(() => {
-      acks.interruptWait = undefined
-      resume(Effect.succeed(false))
-    }, ms)
     acks.interruptWait = () => {
-      clearTimeout(timer)
       acks.interruptWait = undefined
       resume(Effect.succeed(true))
     }
     return Effect.sync(() => {
-      clearTimeout(timer)
       acks.interruptWait = undefined
     })
   })
+
+/** Waits `ms` on the clock, or less when woken early; resolves with whether it was. */
+const waitOrWoken = (acks: Acks, ms: number): Effect.Effect<boolean> =>
+  acks.urgent
+    ? Effect.succeed(true)
+    : Effect.raceFirst(Effect.as(acks.clock.sleep(Duration.millis(ms)), false), wokenEarly(acks))
 
 /**
  * Writes the queued acks (of every transport, or of those whose oldest ack waited the interval), one statement
@@ -201,30 +213,54 @@ const waitOrUrgent = (acks: Acks, ms: number): Effect.Effect<boolean> =>
  */
 export const flush = (acks: Acks, transport: TransportShape, dueOnly = false) =>
   Effect.forEach(Array.from(acks.queued.keys()), (name) => {
-    if (dueOnly && Date.now() - (acks.since.get(name) ?? 0) < ackIntervalMs) return Effect.void
+    if (dueOnly && acks.clock.unsafeCurrentTimeMillis() - (acks.since.get(name) ?? 0) < ackIntervalMs) {
+      return Effect.void
+    }
     const ids = take(acks, name)
     if (ids.length === 0) return Effect.void
     return settle(acks, name, ids, transport.ack(name, ids))
   }, { discard: true }).pipe(Effect.uninterruptible)
 
-/** The background ack writer. @internal */
+/** When the oldest queued ack was queued, if any is. */
+const oldestQueued = (acks: Acks): number | undefined => {
+  let oldest: number | undefined
+  for (const [name, queued] of acks.queued) {
+    if (queued.length === 0) continue
+    const since = acks.since.get(name) ?? 0
+    if (oldest === undefined || since < oldest) oldest = since
+  }
+  return oldest
+}
+
+/**
+ * The background ack writer. Awake, it writes every queued ack once it has waited `ackInterval`, and wakes for a
+ * running batch once the batch has run that long (the acks of a shorter batch ride on the next claim).
+ *
+ * @internal
+ */
 export const writer = (acks: Acks, transport: TransportShape) =>
   Effect.gen(function*() {
     while (true) {
       acks.writerAwake = false
       yield* Queue.take(acks.pending)
-      while (Array.from(acks.queued.values()).some((queued) => queued.length > 0)) {
-        const oldest = Math.min(
-          ...Array.from(acks.queued).flatMap(([name, queued]) => queued.length > 0 ? [acks.since.get(name) ?? 0] : [])
-        )
-        const wait = oldest + ackIntervalMs - Date.now()
-        const urgent = wait > 0 ? yield* waitOrUrgent(acks, wait) : acks.urgent
+      while (true) {
+        const oldest = oldestQueued(acks)
+        const batchDue = acks.batchRunning ? acks.batchStartedAt + ackIntervalMs : undefined
+        if (oldest === undefined && batchDue === undefined) break
+        const due = Math.min(oldest === undefined ? Infinity : oldest + ackIntervalMs, batchDue ?? Infinity)
+        const wait = due - acks.clock.unsafeCurrentTimeMillis()
+        const woken = wait > 0 ? yield* waitOrWoken(acks, wait) : acks.urgent
+        const urgent = acks.urgent
         acks.urgent = false
+        // Woken by the end of the batch it waited for, with nothing urgent: its acks ride on the next claim.
+        if (woken && !urgent && oldest === undefined) continue
         yield* flush(acks, transport, !urgent).pipe(
           Effect.catchAll((error) =>
             Effect.logWarning("outbox worker: ack failed, the messages come back after their lease", error)
           )
         )
+        // The running batch's interval has passed: from here on its acks wake the writer as they come (`push`).
+        if (!woken && acks.batchRunning && batchDue !== undefined && batchDue <= due) acks.batchRunning = false
       }
     }
   }).pipe(Effect.interruptible)

@@ -109,8 +109,8 @@ export const run = (state: RunState) => {
         if (prefetch && batch.length >= size && next > 0) {
           // A daemon: when the loop is interrupted its claim still completes, and `releaseAll` gives its rows back.
           prefetched.set(name, yield* Effect.forkDaemon(claim(name, next)))
-          // Fibers run on microtasks: one turn of the event loop sends the claim now, not after the whole batch.
-          yield* yieldToIo
+          // The claim's fiber runs up to its first wait (the statement written to the connection) before the batch.
+          yield* Effect.yieldNow()
         }
         yield* Batch.process(state, runner, name, batch, () => {
           inHand = undefined
@@ -141,9 +141,3 @@ export const run = (state: RunState) => {
     )
   )
 }
-
-/** Resumes after one turn of the event loop: pending I/O callbacks and `process.nextTick`s run first. */
-const yieldToIo: Effect.Effect<void> = Effect.async<void>((resume) => {
-  const handle = setImmediate(() => resume(Effect.void))
-  return Effect.sync(() => clearImmediate(handle))
-})

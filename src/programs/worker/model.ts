@@ -9,12 +9,22 @@ import type * as Effect from "effect/Effect"
 import type * as Headers from "../../domain/Headers.js"
 
 /**
- * What the worker reports about each message.
+ * What the worker reports: its start, each message's outcome, and its stop.
  *
  * @since 0.1.0
  * @category models
  */
 export type WorkerEvent = Data.TaggedEnum<{
+  /** The worker opened its session and is about to claim. */
+  Started: {
+    readonly transports: ReadonlyArray<string>
+    readonly batchSize: number
+    readonly concurrency: number
+    readonly prefetch: boolean
+    /** The lease of each leased transport, in milliseconds. */
+    readonly leaseMs: Readonly<Record<string, number>>
+    readonly pid: number
+  }
   /** Every handler succeeded; the message is acked. */
   Handled: {
     readonly transport: string
@@ -39,6 +49,17 @@ export type WorkerEvent = Data.TaggedEnum<{
     readonly type: string
     readonly durationMs: number
     readonly error: Headers.ErrorDetails
+  }
+  /**
+   * The worker stopped: a limit (`stoppedBy`), an interruption (a signal, the end of its scope), or a failure
+   * that ends the run (`"failure"`: a storage that is not set up, a defect).
+   */
+  Stopped: {
+    readonly stoppedBy: StopReason | "interrupted" | "failure"
+    readonly handled: number
+    readonly retried: number
+    readonly failed: number
+    readonly durationMs: number
   }
 }>
 
@@ -92,7 +113,10 @@ export interface WorkerOptions {
    * are no longer renewed, and they come back after one lease, to this worker or another.
    */
   readonly settleTimeout?: Duration.DurationInput
-  /** Called after each outcome is recorded. */
+  /**
+   * Called when the worker starts, after each outcome is recorded, and when it stops. A hook that dies (throws)
+   * is logged and the worker goes on.
+   */
   readonly onEvent?: (event: WorkerEvent) => Effect.Effect<void>
   /**
    * The retention job of the `IdempotencyStore`, when one is in context: every `every` (default 5 minutes),
