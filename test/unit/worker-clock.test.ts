@@ -172,7 +172,7 @@ describe("a worker driven by TestClock", () => {
       )
       const stopped = logs.filter((line) => line.startsWith("outbox worker: stopped"))
       expect(stopped).toEqual([
-        "outbox worker: stopped (nothing left to consume) after 0 ms: 2 handled, 0 retried, 0 moved to the failure queue"
+        "outbox worker: stopped (no message ready) after 0 ms: 2 handled, 0 retried, 0 moved to the failure queue"
       ])
     }))
 

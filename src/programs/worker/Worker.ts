@@ -120,7 +120,12 @@ export const run = (
     const stopped = (stoppedBy: StoppedEvent["stoppedBy"], failure?: Cause.Cause<unknown>) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
         const event = WorkerEvent.Stopped({ stoppedBy, ...state.limits.counts, durationMs: now - startedAt })
-        const line = stoppedLine(event, failure === undefined ? undefined : describeFailure(failure))
+        const why = failure !== undefined
+          ? `failure: ${describeFailure(failure)}`
+          : stoppedBy === "interrupted" || stoppedBy === "failure"
+          ? stoppedBy
+          : Limits.describe(state.limits, stoppedBy)
+        const line = stoppedLine(event, why)
         return Effect.zipRight(
           failure === undefined ? Effect.logInfo(line) : Effect.logError(line),
           onEvent === undefined ? Effect.void : onEvent(event)
@@ -186,21 +191,11 @@ const startedLine = (event: StartedEvent): string => {
     (leases.length > 0 ? `; lease ${leases.join(", ")}` : "")
 }
 
-const stoppedLine = (event: StoppedEvent, failure: string | undefined): string =>
-  `outbox worker: stopped (${failure === undefined ? stopWords[event.stoppedBy] : `failure: ${failure}`}) after ${
+const stoppedLine = (event: StoppedEvent, why: string): string =>
+  `outbox worker: stopped (${why}) after ${
     event.durationMs < 1000 ? `${Math.round(event.durationMs)} ms` : Duration.format(Duration.millis(event.durationMs))
   }: ` +
   `${event.handled} handled, ${event.retried} retried, ${event.failed} moved to the failure queue`
-
-const stopWords: Record<StoppedEvent["stoppedBy"], string> = {
-  limit: "message limit reached",
-  "failure-limit": "failure limit reached",
-  "time-limit": "time limit reached",
-  "memory-limit": "memory limit reached",
-  empty: "nothing left to consume",
-  interrupted: "interrupted",
-  failure: "a failure"
-}
 
 /** The error of a failed run, in one line. */
 const describeFailure = (cause: Cause.Cause<unknown>): string => {

@@ -58,8 +58,8 @@ const stopMessage: Record<StopReason, (limits: Limits) => string> = {
   "empty": () => "no message ready"
 }
 
-/** Logs why, then ends the loop. @internal */
-export const stop = (limits: Limits, reason: StopReason) =>
-  Effect.logInfo(`outbox worker: stopping, ${stopMessage[reason](limits)}`).pipe(
-    Effect.zipRight(Effect.fail(new StopWorker({ reason })))
-  )
+/** Why a limit stopped the run, in words (the worker's stop line). @internal */
+export const describe = (limits: Limits, reason: StopReason): string => stopMessage[reason](limits)
+
+/** Ends the loop (the worker logs why when it has stopped). @internal */
+export const stop = (_limits: Limits, reason: StopReason) => Effect.fail(new StopWorker({ reason }))
