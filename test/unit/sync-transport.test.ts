@@ -75,7 +75,12 @@ const syncStack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(handler
     Layer.provideMerge(Handlers.layer(handlers, { messages: [SendReceipt, OrderPaid] }))
   )
 
-const dispatchReceipt = (orderId = 1) => SyncHandlingError.surface(Outbox.dispatch(new SendReceipt({ orderId })))
+/** The SyncHandlingError `self` fails with (a defect when it fails otherwise or succeeds). */
+const handlingError = <A, E, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Effect.flip(SyncHandlingError.surface(self)), (error) =>
+    error instanceof SyncHandlingError ? Effect.succeed(error) : Effect.die(error))
+
+const dispatchReceipt = (orderId = 1) => Outbox.dispatch(new SendReceipt({ orderId }))
 
 describe("sync transport: handling at dispatch", () => {
   it.effect("runs the handler in the dispatching fiber before dispatch returns, with a stored message's envelope", () =>
@@ -127,7 +132,7 @@ describe("sync transport: handling at dispatch", () => {
         // Through the transport contract: a TransportError carrying it.
         expect(raw).toBeInstanceOf(TransportError)
         expect(raw).toMatchObject({ _tag: "TransportError", transport: "sync", operation: "handle" })
-        const error = yield* Effect.flip(dispatchReceipt(2))
+        const error = yield* handlingError(dispatchReceipt(2))
         expect(error).toBeInstanceOf(SyncHandlingError)
         expect(error.transport).toBe("sync")
         expect(error.type).toBe("SendReceipt")
@@ -152,20 +157,22 @@ describe("sync transport: handling at dispatch", () => {
 
   it.effect("Unrecoverable, Recoverable and defects all surface to the caller, each with its own reason", () =>
     Effect.gen(function*() {
-      const failWith = (orderId: number) =>
+      const failWith = (
+        orderId: number
+      ): Effect.Effect<void, UnrecoverableMessageHandlingError | RecoverableMessageHandlingError> =>
         orderId === 1
           ? Effect.fail(new UnrecoverableMessageHandlingError({ message: "bad receipt" }))
           : orderId === 2
           ? Effect.fail(new RecoverableMessageHandlingError({ message: "printer busy", retryDelay: Duration.seconds(5) }))
           : Effect.die(new Error("printer on fire"))
       yield* Effect.gen(function*() {
-        const unrecoverable = yield* Effect.flip(dispatchReceipt(1))
+        const unrecoverable = yield* handlingError(dispatchReceipt(1))
         expect(unrecoverable.reason).toMatchObject({ tag: "UnrecoverableMessageHandlingError", message: "bad receipt" })
         expect(unrecoverable.cause).toBeInstanceOf(UnrecoverableMessageHandlingError)
-        const recoverable = yield* Effect.flip(dispatchReceipt(2))
+        const recoverable = yield* handlingError(dispatchReceipt(2))
         expect(recoverable.reason).toMatchObject({ tag: "RecoverableMessageHandlingError", message: "printer busy" })
         expect(recoverable.cause).toBeInstanceOf(RecoverableMessageHandlingError)
-        const defect = yield* Effect.flip(dispatchReceipt(3))
+        const defect = yield* handlingError(dispatchReceipt(3))
         expect(defect.reason.tag).toBe("Error")
         expect(defect.reason.message).toBe("printer on fire")
         expect(defect.reason.cause).toContain("printer on fire")
@@ -177,7 +184,7 @@ describe("sync transport: handling at dispatch", () => {
     Effect.gen(function*() {
       const ran: Array<string> = []
       yield* Effect.gen(function*() {
-        const error = yield* Effect.flip(dispatchReceipt())
+        const error = yield* handlingError(dispatchReceipt())
         expect(ran).toEqual(["print", "mail"])
         expect(error.handledBy).toEqual(["mail"])
         expect(error.reason.tag).toBe("Oops")
@@ -203,7 +210,7 @@ describe("sync transport: decoding as for a stored message", () => {
     Effect.gen(function*() {
       let calls = 0
       yield* Effect.gen(function*() {
-        const error = yield* Effect.flip(dispatchReceipt(4))
+        const error = yield* handlingError(dispatchReceipt(4))
         expect(calls).toBe(0)
         expect(error.reason.tag).toBe("MessageDecodeError")
         expect(error.reason.message).toContain("email")
@@ -221,9 +228,9 @@ describe("sync transport: decoding as for a stored message", () => {
   it.effect("an unregistered type and a type without a handler from this transport fail the dispatch", () =>
     Effect.gen(function*() {
       yield* Effect.gen(function*() {
-        const unknown = yield* Effect.flip(SyncHandlingError.surface(Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }))))
+        const unknown = yield* handlingError(Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })))
         expect(unknown.cause).toMatchObject({ _tag: "MessageDecodeError", reason: "UnknownType" })
-        const noHandler = yield* Effect.flip(dispatchReceipt())
+        const noHandler = yield* handlingError(dispatchReceipt())
         expect(noHandler.cause).toBeInstanceOf(NoHandlerForMessageError)
         expect(noHandler.reason.message).toBe("No handler for SendReceipt received from transport sync")
       }).pipe(Effect.provide(
@@ -275,12 +282,13 @@ describe("sync transport: beside stored transports", () => {
       let memory: MemoryTransport.MemoryTransportShape | undefined
       yield* Effect.gen(function*() {
         memory = yield* MemoryTransport.MemoryTransport
+        const outbox = yield* Outbox.Outbox
         const stored = Effect.map(memory.messagesOf("outbox"), (rows) => rows.length)
         // outbox first: the receipt's handler already sees the stored OrderPaid.
-        yield* Outbox.dispatchAll([new OrderPaid({ orderId: 1, amount: 5 }), new SendReceipt({ orderId: 1 })])
+        yield* outbox.dispatchAll([new OrderPaid({ orderId: 1, amount: 5 }), new SendReceipt({ orderId: 1 })])
         expect(storedWhenHandled).toEqual([1])
         // sync first: both receipts are handled, in order, before OrderPaid 2 is written.
-        yield* Outbox.dispatchAll([
+        yield* outbox.dispatchAll([
           new SendReceipt({ orderId: 2 }),
           new OrderPaid({ orderId: 2, amount: 5 }),
           new SendReceipt({ orderId: 3 })
@@ -288,10 +296,8 @@ describe("sync transport: beside stored transports", () => {
         expect(storedWhenHandled).toEqual([1, 1, 1])
         expect(yield* stored).toBe(2)
         // A failing receipt stops the dispatch: the OrderPaid after it is not written.
-        const error = yield* Effect.flip(
-          SyncHandlingError.surface(
-            Outbox.dispatchAll([new SendReceipt({ orderId: -1 }), new OrderPaid({ orderId: 3, amount: 5 })])
-          )
+        const error = yield* handlingError(
+          outbox.dispatchAll([new SendReceipt({ orderId: -1 }), new OrderPaid({ orderId: 3, amount: 5 })])
         )
         expect(error._tag).toBe("SyncHandlingError")
         expect(yield* stored).toBe(2)
