@@ -76,8 +76,10 @@ const setup = Effect.flatMap(TransportAdmin, (admin) => admin.setup)
 
 /** The SyncHandlingError `self` fails with (a defect when it fails otherwise or succeeds). */
 const handlingError = <A, E, R>(self: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.flip(SyncHandlingError.surface(self)), (error) =>
-    error instanceof SyncHandlingError ? Effect.succeed(error) : Effect.die(error))
+  Effect.flatMap(
+    Effect.flip(SyncHandlingError.surface(self)),
+    (error) => error instanceof SyncHandlingError ? Effect.succeed(error) : Effect.die(error)
+  )
 
 describe("sync transport on PostgreSQL", () => {
   it.live("a sync handler's insert commits with the caller's transaction, and rolls back with it", () =>
@@ -89,7 +91,10 @@ describe("sync transport on PostgreSQL", () => {
         yield* sql.withTransaction(Effect.zipRight(pay(1), Outbox.dispatch(new SendReceipt({ orderId: 1 }))))
         // The caller fails after the dispatch: both roll back, though the handler ran.
         const rolledBack = yield* Effect.flip(sql.withTransaction(
-          pay(2).pipe(Effect.zipRight(Outbox.dispatch(new SendReceipt({ orderId: 2 }))), Effect.zipRight(Effect.fail("abort")))
+          pay(2).pipe(
+            Effect.zipRight(Outbox.dispatch(new SendReceipt({ orderId: 2 }))),
+            Effect.zipRight(Effect.fail("abort"))
+          )
         ))
         expect(rolledBack).toBe("abort")
         expect(seen).toEqual([1, 2])
@@ -170,7 +175,9 @@ describe("sync transport on PostgreSQL", () => {
       yield* Effect.gen(function*() {
         yield* setup
         const store = yield* IdempotencyStore.IdempotencyStore
-        const committed = yield* sql.withTransaction(Effect.zipRight(pay(1), Outbox.dispatch(new SendReceipt({ orderId: 1 }))))
+        const committed = yield* sql.withTransaction(
+          Effect.zipRight(pay(1), Outbox.dispatch(new SendReceipt({ orderId: 1 })))
+        )
         let rolledBack = ""
         yield* Effect.flip(sql.withTransaction(Effect.gen(function*() {
           rolledBack = yield* Outbox.dispatch(new SendReceipt({ orderId: 2 }))
@@ -179,6 +186,8 @@ describe("sync transport on PostgreSQL", () => {
         expect(yield* store.isProcessed({ messageId: committed, consumer: "receipts" })).toBe(true)
         expect(yield* store.isProcessed({ messageId: rolledBack as never, consumer: "receipts" })).toBe(false)
         expect((yield* state).receipts).toEqual([[1, true]])
-      }).pipe(Effect.provide(stack([Handlers.handler(SendReceipt, issueReceipt, { name: "receipts", idempotent: true })])))
+      }).pipe(
+        Effect.provide(stack([Handlers.handler(SendReceipt, issueReceipt, { name: "receipts", idempotent: true })]))
+      )
     })))
 })

@@ -63,8 +63,10 @@ export class SyncHandlingError extends Schema.TaggedError<SyncHandlingError>()("
    * @since 0.1.0
    */
   static surface<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E | SyncHandlingError, R> {
-    return Effect.mapError(self, (error): E | SyncHandlingError =>
-      Option.getOrElse(SyncHandlingError.fromDispatchError(error), () => error))
+    return Effect.mapError(
+      self,
+      (error): E | SyncHandlingError => Option.getOrElse(SyncHandlingError.fromDispatchError(error), () => error)
+    )
   }
 
   /**

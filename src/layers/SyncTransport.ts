@@ -257,19 +257,22 @@ const inSavepoint = <A>(
   name: string,
   self: Effect.Effect<A, TransportError>
 ): Effect.Effect<A, TransportError> =>
-  Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (tx) =>
-    Option.isNone(tx) ? self : Effect.flatMap(Effect.serviceOption(SqlClient.SqlClient), (sql) =>
-      Option.isNone(sql) ? self : sql.value.withTransaction(self).pipe(
-        Effect.catchTag("SqlError", (error) =>
-          Effect.fail(
-            new TransportError({
-              transport: name,
-              operation: "send",
-              message: `The sync transport ${name} could not open a savepoint: ${describeError(error)}`,
-              cause: error
-            })
-          ))
-      )))
+  Effect.gen(function*() {
+    const tx = yield* Effect.serviceOption(SqlClient.TransactionConnection)
+    const sql = Option.isSome(tx) ? yield* Effect.serviceOption(SqlClient.SqlClient) : Option.none()
+    if (Option.isNone(sql)) return yield* self
+    return yield* sql.value.withTransaction(self).pipe(
+      Effect.catchTag("SqlError", (error) =>
+        Effect.fail(
+          new TransportError({
+            transport: name,
+            operation: "send",
+            message: `The sync transport ${name} could not open a savepoint: ${describeError(error)}`,
+            cause: error
+          })
+        ))
+    )
+  })
 
 /** The registry with every handler's failure recorded in `failures` (the original cause, for the error). */
 const recording = (registry: HandlersShape, failures: Array<Cause.Cause<unknown>>): HandlersShape => ({

@@ -77,8 +77,10 @@ const syncStack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(handler
 
 /** The SyncHandlingError `self` fails with (a defect when it fails otherwise or succeeds). */
 const handlingError = <A, E, R>(self: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.flip(SyncHandlingError.surface(self)), (error) =>
-    error instanceof SyncHandlingError ? Effect.succeed(error) : Effect.die(error))
+  Effect.flatMap(
+    Effect.flip(SyncHandlingError.surface(self)),
+    (error) => error instanceof SyncHandlingError ? Effect.succeed(error) : Effect.die(error)
+  )
 
 const dispatchReceipt = (orderId = 1) => Outbox.dispatch(new SendReceipt({ orderId }))
 
@@ -110,7 +112,8 @@ describe("sync transport: handling at dispatch", () => {
       class Mailer extends Context.Tag("test/Mailer")<Mailer, { readonly sent: Array<number> }>() {}
       const mailer = { sent: [] as Array<number> }
       const handlers = Handlers.layer([
-        Handlers.handler(SendReceipt, (m) => Effect.flatMap(Mailer, (x) => Effect.sync(() => void x.sent.push(m.orderId))))
+        Handlers.handler(SendReceipt, (m) =>
+          Effect.flatMap(Mailer, (x) => Effect.sync(() => void x.sent.push(m.orderId))))
       ]).pipe(Layer.provide(Layer.succeed(Mailer, mailer)))
       // The dispatching program has no Mailer in its context: the handlers' layer does.
       yield* Outbox.dispatch(new SendReceipt({ orderId: 3 })).pipe(
@@ -151,7 +154,10 @@ describe("sync transport: handling at dispatch", () => {
           failed: 0
         })
       }).pipe(Effect.provide(mixedStack([
-        Handlers.handler(SendReceipt, () => Effect.suspend(() => (calls++, Effect.fail(new Oops({ message: "no printer" })))))
+        Handlers.handler(
+          SendReceipt,
+          () => Effect.suspend(() => (calls++, Effect.fail(new Oops({ message: "no printer" }))))
+        )
       ])))
     }))
 
@@ -163,7 +169,9 @@ describe("sync transport: handling at dispatch", () => {
         orderId === 1
           ? Effect.fail(new UnrecoverableMessageHandlingError({ message: "bad receipt" }))
           : orderId === 2
-          ? Effect.fail(new RecoverableMessageHandlingError({ message: "printer busy", retryDelay: Duration.seconds(5) }))
+          ? Effect.fail(
+            new RecoverableMessageHandlingError({ message: "printer busy", retryDelay: Duration.seconds(5) })
+          )
           : Effect.die(new Error("printer on fire"))
       yield* Effect.gen(function*() {
         const unrecoverable = yield* handlingError(dispatchReceipt(1))
@@ -189,10 +197,14 @@ describe("sync transport: handling at dispatch", () => {
         expect(error.handledBy).toEqual(["mail"])
         expect(error.reason.tag).toBe("Oops")
       }).pipe(Effect.provide(syncStack([
-        Handlers.handler(SendReceipt, () => Effect.zipRight(Effect.sync(() => ran.push("print")), new Oops({ message: "x" })), {
+        Handlers.handler(SendReceipt, () =>
+          Effect.zipRight(Effect.sync(() => ran.push("print")), new Oops({ message: "x" })), {
           name: "print"
         }),
-        Handlers.handler(SendReceipt, () => Effect.sync(() => void ran.push("mail")), { name: "mail" })
+        Handlers.handler(SendReceipt, () =>
+          Effect.sync(() =>
+            void ran.push("mail")
+          ), { name: "mail" })
       ])))
     }))
 
@@ -268,7 +280,10 @@ describe("sync transport: beside stored transports", () => {
         expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 1 })
         expect(handled).toEqual(["receipt 1 from sync", "paid 1 from outbox"])
       }).pipe(Effect.provide(mixedStack([
-        Handlers.handler(OrderPaid, (m, e) => Effect.sync(() => void handled.push(`paid ${m.orderId} from ${e.transport}`))),
+        Handlers.handler(
+          OrderPaid,
+          (m, e) => Effect.sync(() => void handled.push(`paid ${m.orderId} from ${e.transport}`))
+        ),
         Handlers.handler(
           SendReceipt,
           (m, e) => Effect.sync(() => void handled.push(`receipt ${m.orderId} from ${e.transport}`))
@@ -396,7 +411,10 @@ describe("sync transport: handlers that dispatch (makeWithoutHandlers)", () => {
         )
       }))
       const handlers = Handlers.layer([
-        Handlers.handler(SendReceipt, (m) => Effect.asVoid(Outbox.dispatch(new OrderPaid({ orderId: m.orderId, amount: 0 }))))
+        Handlers.handler(
+          SendReceipt,
+          (m) => Effect.asVoid(Outbox.dispatch(new OrderPaid({ orderId: m.orderId, amount: 0 })))
+        )
       ])
       const stack = handlers.pipe(
         Layer.provideMerge(Outbox.layer({ routes: { SendReceipt: ["sync"] } })),
@@ -411,7 +429,9 @@ describe("sync transport: handlers that dispatch (makeWithoutHandlers)", () => {
       }).pipe(Effect.provide(stack))
       // Without Handlers in the dispatching fiber, the dispatch says what is missing.
       const missing = yield* Effect.flip(Outbox.dispatch(new SendReceipt({ orderId: 1 }))).pipe(
-        Effect.provide(Outbox.layer({ defaultTransports: ["sync"] }).pipe(Layer.provide(SyncTransport.layerWithoutHandlers())))
+        Effect.provide(
+          Outbox.layer({ defaultTransports: ["sync"] }).pipe(Layer.provide(SyncTransport.layerWithoutHandlers()))
+        )
       )
       expect(missing).toMatchObject({ _tag: "TransportError", transport: "sync", operation: "send" })
       expect(missing.message).toContain("no Handlers service")
