@@ -28,6 +28,8 @@ export * as RetryDelay from "./domain/RetryDelay.js"
 /** @since 0.1.0 */
 export * as Routing from "./domain/Routing.js"
 /** @since 0.1.0 */
+export * from "./domain/SyncErrors.js"
+/** @since 0.1.0 */
 export * as Handlers from "./services/Handlers.js"
 /** @since 0.1.0 */
 export * as IdempotencyStore from "./services/IdempotencyStore.js"
@@ -49,6 +51,8 @@ export * as PgIdempotencyStore from "./layers/PgIdempotencyStore.js"
 export * as PgTransport from "./layers/PgTransport.js"
 /** @since 0.1.0 */
 export * as ScheduleRetryStrategy from "./layers/ScheduleRetryStrategy.js"
+/** @since 0.1.0 */
+export * as SyncTransport from "./layers/SyncTransport.js"
 /** @since 0.1.0 */
 export * as TransportRouter from "./layers/TransportRouter.js"
 /** @since 0.1.0 */
