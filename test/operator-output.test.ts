@@ -190,6 +190,15 @@ describe("stats", () => {
         messages: 5,
         from: { outbox: 2, shipping: 3 }
       })
+      // Headers that cannot be read, or that name an origin only in a custom header, count as of unknown origin.
+      yield* insertRow(table, "failed", "{}", "not json")
+      yield* insertRow(table, "failed", "{}", `{"type":"OrderPaid","custom":{"originalTransport":"outbox"}}`)
+      const odd = JSON.parse((yield* runCli(cli, ["stats", "--format", "json", "--dsn", db.url])).stdout)
+      expect(odd.failureTransports.failed).toMatchObject({
+        messages: 7,
+        from: { outbox: 2, shipping: 3, "(unknown)": 2 }
+      })
+      expect(odd.transports.outbox.failed).toBe(2)
       const one = JSON.parse((yield* runCli(cli, ["stats", "outbox", "--format", "json", "--dsn", db.url])).stdout)
       expect(Object.keys(one.transports)).toEqual(["outbox"])
       expect(one.failureTransports).toEqual({})
