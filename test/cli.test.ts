@@ -61,7 +61,7 @@ describe("outbox command line", () => {
       const table = uniqueTable("cli_setup")
       const cli = Cli.make({ transport: { table } })
       const first = yield* runCli(cli, ["setup-transports", "--dsn", url])
-      expect(first.stdout).toContain("Applied migrations: 1_create_messages")
+      expect(first.stdout).toContain("Applied migrations: 1_create_messages, 2_claim_fillfactor")
       expect(first.stdout).toContain(`[OK] The "outbox" transport was set up successfully.`)
       const second = yield* runCli(cli, ["setup-transports", "outbox", "--dsn", url])
       expect(second.stdout).toContain("Schema is up to date; nothing to do.")

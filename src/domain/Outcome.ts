@@ -21,6 +21,7 @@
 import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Option from "effect/Option"
+import { tagOf, wordsOf } from "../internal/describeError.js"
 import * as Text from "../internal/text.js"
 import {
   type MessageDecodeError,
@@ -133,16 +134,18 @@ export const errorDetails = (cause: Cause.Cause<unknown>): Headers.ErrorDetails 
   const failure = Cause.failureOption(cause)
   const value = Option.isSome(failure) ? failure.value : Option.getOrUndefined(Cause.dieOption(cause))
   const tag = typeof value === "object" && value !== null
-    ? safely(() => String((value as { _tag?: unknown })._tag ?? (value as { name?: unknown }).name ?? "Error"), "Error")
+    ? safely(() => tagOf(value) ?? "Error", "Error")
     : Option.isSome(failure)
     ? "Failure"
     : "Defect"
   const chain = causeChain(value)
   // Each error of the chain adds its words unless they are already said (a wrapper often repeats its cause's).
-  const message = chain.map(messageOf).reduce(
+  const said = chain.map(messageOf).reduce(
     (said, text) => text.length === 0 || said.includes(text) ? said : said.length === 0 ? text : `${said}: ${text}`,
-    messageOf(value)
+    value === undefined && Cause.isInterruptedOnly(cause) ? "The handler was interrupted" : messageOf(value)
   )
+  // A reason is read as `tag: message`: an empty message would say nothing after the colon.
+  const message = said.length > 0 ? said : "(the error has no message and no fields)"
   const pretty = [prettyOf(cause), ...chain.map((inner) => `Caused by: ${describe(inner)}`)].join("\n")
   return new Headers.ErrorDetails({
     tag: Text.cut(
@@ -189,14 +192,11 @@ const safely = <A>(read: () => A, fallback: A): A => {
   }
 }
 
-const messageOf = (value: unknown): string =>
-  safely(
-    () =>
-      typeof value === "object" && value !== null && "message" in value
-        ? String((value as { message: unknown }).message)
-        : String(value),
-    "(an error that cannot be shown)"
-  )
+/**
+ * The words of a failure: its message, else its fields as JSON (a `Data.TaggedError` with fields only, a plain
+ * `{ _tag, code }` object, an `Effect.die({ … })`), bounded, never `[object Object]` (see `wordsOf`).
+ */
+const messageOf = (value: unknown): string => safely(() => wordsOf(value), "(an error that cannot be shown)")
 
 const describe = (value: unknown): string => {
   const stack = safely(() => value instanceof Error ? value.stack : undefined, undefined)

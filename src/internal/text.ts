@@ -70,3 +70,103 @@ const isStackOverflow = (error: unknown): boolean => {
   const message = error instanceof Error ? error.message : String(error)
   return error instanceof RangeError || message.includes("Maximum call stack size exceeded")
 }
+
+/** How deep `fieldsJson` follows nested objects and arrays; deeper ones are shown as `"…"`. @internal */
+const maxFieldsDepth = 6
+
+/** The keys an error's own text already says (its tag, message and stack) or that its cause chain shows. */
+const describedKeys = new Set(["_tag", "message", "stack", "cause", "name"])
+
+/**
+ * The fields of a failure as JSON — `{"code":"card_expired"}` for a `{ _tag: "PaymentDeclined", code }` — without
+ * the keys an error's own text already says (`_tag`, `message`, `name`, `stack`, `cause`). At most about `max`
+ * characters (a longer text is cut and says so). Never throws: a getter that throws reads as `"(unreadable)"`, a
+ * cycle as `"(circular)"`, a `bigint` as its digits, a value nested deeper than a few levels as `"…"`; functions
+ * and symbols are left out, as `JSON.stringify` does. `undefined` when there is no field to show.
+ *
+ * @internal
+ */
+export const fieldsJson = (value: object, max: number): string | undefined => boundedJson(value, max, true)
+
+/**
+ * Any value as JSON, bounded and never throwing, as `fieldsJson` renders fields (no key left out). `undefined` for
+ * an empty object or array.
+ *
+ * @internal
+ */
+export const valueJson = (value: object, max: number): string | undefined => boundedJson(value, max, false)
+
+const boundedJson = (value: object, max: number, omitDescribed: boolean): string | undefined => {
+  const parts: Array<string> = []
+  let length = 0
+  let full = false
+  const push = (text: string) => {
+    if (full) return
+    parts.push(text)
+    length += text.length
+    if (length > max) full = true
+  }
+  const seen = new Set<object>()
+  const write = (v: unknown, depth: number): void => {
+    if (full) return
+    switch (typeof v) {
+      case "string":
+        return push(JSON.stringify(v.length > max ? v.slice(0, max) : v))
+      case "number":
+        return push(Number.isFinite(v) ? String(v) : JSON.stringify(String(v)))
+      case "bigint":
+        return push(v.toString())
+      case "boolean":
+        return push(String(v))
+      case "undefined":
+      case "function":
+      case "symbol":
+        return push("null")
+    }
+    if (v === null) return push("null")
+    const object = v as object
+    if (seen.has(object)) return push(`"(circular)"`)
+    if (depth >= maxFieldsDepth) return push(`"…"`)
+    const date = readSafely(() => (object instanceof Date ? object.toISOString() : undefined), undefined)
+    if (date !== undefined) return push(JSON.stringify(date))
+    seen.add(object)
+    if (readSafely(() => Array.isArray(object), false)) {
+      const items = object as ReadonlyArray<unknown>
+      const count = readSafely(() => items.length, 0)
+      push("[")
+      for (let i = 0; i < count && !full; i++) {
+        if (i > 0) push(",")
+        write(readSafely(() => items[i], "(unreadable)"), depth + 1)
+      }
+      push("]")
+    } else {
+      push("{")
+      let first = true
+      for (const key of readSafely(() => Object.keys(object), [] as Array<string>)) {
+        if (full) break
+        if (omitDescribed && depth === 0 && describedKeys.has(key)) continue
+        const field = readSafely(() => (object as Record<string, unknown>)[key], "(unreadable)")
+        if (typeof field === "function" || typeof field === "symbol" || field === undefined) continue
+        if (!first) push(",")
+        first = false
+        push(`${JSON.stringify(key)}:`)
+        write(field, depth + 1)
+      }
+      push("}")
+    }
+    seen.delete(object)
+  }
+  write(value, 0)
+  const text = parts.join("")
+  if (text === "{}" || text === "[]") return undefined
+  return full ? cut(text, max) : text
+}
+
+/** What `read` gives, or `fallback` when it throws (a hostile getter or proxy). */
+const readSafely = <A>(read: () => A, fallback: A): A => {
+  try {
+    return read()
+  } catch {
+    return fallback
+  }
+}

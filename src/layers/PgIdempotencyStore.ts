@@ -8,7 +8,6 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Cause from "effect/Cause"
 import * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -18,6 +17,7 @@ import { OutboxConfigError, StorageNotReadyError, TransportError } from "../doma
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import * as Identifier from "../domain/Identifier.js"
 import { optionalFields } from "../internal/config.js"
+import { mapConfigError } from "../internal/configError.js"
 import { describeError } from "../internal/describeError.js"
 import { IdempotencyStore, type IdempotencyStoreShape, type StoreError } from "../services/IdempotencyStore.js"
 import { runMigrations } from "./internal/migrate.js"
@@ -277,8 +277,11 @@ export const config: Config.Config<Pick<Options, "table" | "retention" | "messag
  */
 export const layerConfig = (
   options: Options = {}
-): Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError | ConfigError.ConfigError, SqlClient.SqlClient> =>
-  Layer.effect(IdempotencyStore, Effect.flatMap(config, (configured) => make({ ...options, ...configured })))
+): Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
+  Layer.effect(
+    IdempotencyStore,
+    Effect.flatMap(mapConfigError(config), (configured) => make({ ...options, ...configured }))
+  )
 
 const isSqlError = (u: unknown): u is SqlError =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "SqlError"

@@ -9,7 +9,6 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as Statement from "@effect/sql/Statement"
 import * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -20,6 +19,7 @@ import { OutboxConfigError, TransportError, UnknownTransportError } from "../dom
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
+import { mapConfigError } from "../internal/configError.js"
 import { failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
@@ -333,8 +333,8 @@ export const layer = (
  */
 export const makeConfig = (
   config: Config.Config.Wrap<Options>
-): Effect.Effect<TransportBackend, OutboxConfigError | TransportError | ConfigError.ConfigError, SqlClient.SqlClient> =>
-  Effect.flatMap(Config.unwrap(config), make)
+): Effect.Effect<TransportBackend, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
+  Effect.flatMap(mapConfigError(Config.unwrap(config)), make)
 
 /**
  * `layer` with its options read from `Config` (see `makeConfig`).
@@ -344,17 +344,71 @@ export const makeConfig = (
  */
 export const layerConfig = (
   config: Config.Config.Wrap<Options>
-): Layer.Layer<
-  Transport | TransportAdmin,
-  OutboxConfigError | TransportError | ConfigError.ConfigError,
-  SqlClient.SqlClient
-> =>
+): Layer.Layer<Transport | TransportAdmin, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
   Layer.effectContext(
     Effect.map(
       makeConfig(config),
       (backend) => Context.make(Transport, backend).pipe(Context.add(TransportAdmin, backend))
     )
   )
+
+/**
+ * At most this many queues are read back by `queueNames`: a table used with generated queue names (one per
+ * tenant, say) is not listed whole by an operator command.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const maxListedQueues = 1000
+
+/**
+ * The queue names a table holds messages in (at most `maxListedQueues`, in order), whatever transports an
+ * application declares: an operator read — the `outbox` binary serves every queue of a deployment with it, without
+ * the application's code. One index probe per queue. A table that does not exist yet holds none.
+ *
+ * @since 0.1.0
+ * @category operator reads
+ */
+export const queueNames = (
+  options: { readonly table?: string } = {}
+): Effect.Effect<ReadonlyArray<string>, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const table = yield* Identifier.validateTableName(options.table ?? defaultTable, 48)
+    return yield* Statements.queueNames(sql, table, maxListedQueues).pipe(
+      Effect.map((rows) => rows.map((row) => row.queue_name)),
+      Effect.catchIf(isUndefinedTable, () => Effect.succeed([])),
+      Effect.mapError((error) => transportError("*", "queues", error))
+    )
+  })
+
+/**
+ * How many messages of a failure queue failed from each transport — the `originalTransport` their headers record
+ * (`null`: headers that record none, or that cannot be read). Counted from the headers text, so corrupt headers never
+ * fail it. An operator read (`outbox stats`).
+ *
+ * @since 0.1.0
+ * @category operator reads
+ */
+export const failedFrom = (
+  failureQueue: string,
+  options: { readonly table?: string } = {}
+): Effect.Effect<
+  ReadonlyArray<{ readonly transport: string | null; readonly count: number }>,
+  OutboxConfigError | TransportError,
+  SqlClient.SqlClient
+> =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const table = yield* Identifier.validateTableName(options.table ?? defaultTable, 48)
+    const rows = yield* Statements.failedFrom(sql, table, failureQueue).pipe(
+      Effect.mapError((error) => transportError(failureQueue, "stats", error))
+    )
+    return rows.map((row) => ({ transport: row.origin, count: row.n }))
+  })
+
+/** SQLSTATE 42P01: the table does not exist. */
+const isUndefinedTable = (error: SqlError): boolean => (error.cause as { code?: unknown } | undefined)?.code === "42P01"
 
 const resolveTransports = (
   input: Readonly<Record<string, TransportOptions>>

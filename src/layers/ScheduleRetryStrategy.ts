@@ -4,7 +4,6 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -13,6 +12,7 @@ import * as Schedule from "effect/Schedule"
 import { OutboxConfigError } from "../domain/Errors.js"
 import * as RetryDelay from "../domain/RetryDelay.js"
 import { optionalFields } from "../internal/config.js"
+import { mapConfigError } from "../internal/configError.js"
 import { RetryStrategy, type RetryStrategyShape } from "../services/RetryStrategy.js"
 
 /**
@@ -97,8 +97,8 @@ export const layerDefault: Layer.Layer<RetryStrategy> = Layer.effect(RetryStrate
  */
 export const layerConfig = (
   config: Config.Config<RetryDelay.ExponentialOptions> = exponentialConfig
-): Layer.Layer<RetryStrategy, OutboxConfigError | ConfigError.ConfigError> =>
-  Layer.effect(RetryStrategy, Effect.flatMap(config, (options) => make({ default: options })))
+): Layer.Layer<RetryStrategy, OutboxConfigError> =>
+  Layer.effect(RetryStrategy, Effect.flatMap(mapConfigError(config), (options) => make({ default: options })))
 
 /**
  * The configuration of exponential options, each field optional.

@@ -26,6 +26,8 @@ import type { Transport } from "../services/Transport.js"
 import * as Commands from "./cli/commands.js"
 import * as Environment from "./cli/environment.js"
 import * as Failed from "./cli/failed.js"
+import * as CliLogger from "./cli/logger.js"
+import { plainWhenPiped } from "./cli/terminal.js"
 
 export {
   /** @since 0.1.0 */
@@ -45,11 +47,16 @@ export interface CliOptions {
    */
   readonly handlers?: Layer.Layer<Handlers, unknown, SqlClient.SqlClient | IdempotencyStore | Transport>
   /**
-   * The idempotency store's options (`OUTBOX_IDEMPOTENCY_TABLE` overrides the table); `setup-transports` creates
-   * its table too. `false` leaves it out.
+   * The idempotency store's options (`OUTBOX_IDEMPOTENCY_TABLE` overrides the table). Given, they say the
+   * application uses the store: `setup-transports` creates its table too. Without them the store still serves
+   * `consume` and `idempotency:purge` with its defaults, and `setup-transports --idempotency` creates its table.
+   * `false` leaves the store out.
    */
   readonly idempotency?: PgIdempotencyStore.Options | false
-  /** Transport options; `OUTBOX_TABLE` overrides the table name. */
+  /**
+   * Transport options; `--table` and `OUTBOX_TABLE` override the table name, `--transport-queue NAME=QUEUE` a
+   * transport's queue. The operator commands (`stats`, `failed:*`) also serve every other queue of the table.
+   */
   readonly transport?: PgTransport.Options
   /**
    * A RabbitMQ transport served beside the PostgreSQL one (through `TransportRouter`), its URL from `url` or
@@ -122,8 +129,12 @@ export const main = (command: ReturnType<typeof make>, argv: ReadonlyArray<strin
         Effect.zipRight(Effect.sync(() => void (process.exitCode = 1)))
       )
     }),
-    Logger.withMinimumLogLevel(verboseFlag ? LogLevel.Info : LogLevel.Warning),
+    // INFO and above, as Effect's default: a worker's and its handlers' logs show (`--log-level` changes it).
+    Logger.withMinimumLogLevel(LogLevel.Info),
+    Effect.provide(Logger.replace(Logger.defaultLogger, CliLogger.make({ omitOutcomes: verboseFlag }))),
+    plainWhenPiped,
     Effect.provide(NodeContext.layer),
-    NodeRuntime.runMain({ disableErrorReporting: true })
+    // The pretty logger would replace the one above, and it spreads an entry over several lines.
+    NodeRuntime.runMain({ disableErrorReporting: true, disablePrettyLogger: true })
   )
 }

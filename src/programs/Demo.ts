@@ -18,6 +18,7 @@ import * as Outbox from "../services/Outbox.js"
 import { Transport } from "../services/Transport.js"
 import { TransportAdmin } from "../services/TransportAdmin.js"
 import {
+  checkOptions,
   clearTransports,
   createTables,
   type DemoOptions,
@@ -63,6 +64,7 @@ export const handlers = Handlers.layer([issueInvoice()])
  */
 export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, SqlClient.SqlClient> =>
   Effect.gen(function*() {
+    yield* checkOptions(options)
     const say = sayer(options.json)
     yield* createTables(options.orders)
 

@@ -112,6 +112,7 @@ export const checkBroker = (url: string): Effect.Effect<void, BrokerUnreachableE
  */
 export const run = (options: DemoBrokerOptions): Effect.Effect<DemoBrokerSummary, unknown, SqlClient.SqlClient> =>
   Effect.gen(function*() {
+    yield* Shared.checkOptions(options)
     const say = Shared.sayer(options.json)
     yield* checkBroker(options.amqpUrl)
     yield* Shared.createTables(options.orders)

@@ -3,9 +3,10 @@
  * `npm start -- --broker`: the chain outbox → RabbitMQ → invoices, on the broker at `--amqp-url`, `AMQP_URL`
  * or amqp://guest:guest@127.0.0.1:5672 (checked first: unreachable, it says so in one line and exits 1).
  */
-import { Command, Options } from "@effect/cli"
+import { Command, HelpDoc, Options, ValidationError } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Cause from "effect/Cause"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -13,13 +14,21 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import { describeError } from "../internal/describeError.js"
+import { withShownDefault } from "./cli/options.js"
+import { plainWhenPiped } from "./cli/terminal.js"
 import * as Demo from "./Demo.js"
 import * as DemoBroker from "./DemoBroker.js"
+import * as Shared from "./demoShared.js"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.js"
 
 const databaseUrl = Effect.gen(function*() {
   const fromEnv = process.env.DATABASE_URL
-  if (fromEnv !== undefined && fromEnv !== "") return fromEnv
+  if (fromEnv !== undefined && fromEnv !== "") {
+    // A database of yours: say what the demo does to it before it does it.
+    yield* Console.error(`warning: running on $DATABASE_URL: ${Shared.databaseWarning}.`)
+    return fromEnv
+  }
   yield* Console.error("Starting an embedded PostgreSQL (set DATABASE_URL to use your own)…")
   const pg = yield* Effect.acquireRelease(
     Effect.promise(() => EmbeddedPostgres.start()),
@@ -27,6 +36,17 @@ const databaseUrl = Effect.gen(function*() {
   )
   return pg.url
 })
+
+/** A number option checked against the demo's bounds, rejected by the parser with a usage error. */
+const bounded = (
+  option: Options.Options<number>,
+  name: keyof typeof Shared.optionBounds,
+  flag: string
+): Options.Options<number> =>
+  option.pipe(Options.mapEffect((value) => {
+    const problem = Shared.optionProblem(name, flag, value)
+    return problem === undefined ? Effect.succeed(value) : Effect.fail(ValidationError.invalidValue(HelpDoc.p(problem)))
+  }))
 
 /** The broker demo: the broker is checked before anything starts; unreachable, one line on stderr and exit 1. */
 const brokerDemo = (options: Demo.DemoOptions, flag: Option.Option<string>) =>
@@ -51,15 +71,31 @@ const demo = Command.make(
   "demo",
   {
     json: Options.boolean("json").pipe(Options.withDescription("End with the summary as one JSON line")),
-    orders: Options.integer("orders").pipe(Options.withDefault(3000), Options.withDescription("Orders to pay")),
-    rollbackShare: Options.float("rollback-share").pipe(
-      Options.withDefault(0.1),
-      Options.withDescription("Share of payments rolled back on purpose (0..1)")
+    orders: bounded(
+      Options.integer("orders").pipe(Options.withDescription("Orders to pay"), withShownDefault(3000)),
+      "orders",
+      "--orders"
     ),
-    producers: Options.integer("producers").pipe(Options.withDefault(8)),
-    redeliverShare: Options.float("redeliver-share").pipe(
-      Options.withDefault(0.02),
-      Options.withDescription("Share of handled messages delivered again on purpose (0..1)")
+    rollbackShare: bounded(
+      Options.float("rollback-share").pipe(
+        Options.withDescription("Share of payments rolled back on purpose (0 to 1)"),
+        withShownDefault(0.1)
+      ),
+      "rollbackShare",
+      "--rollback-share"
+    ),
+    producers: bounded(
+      Options.integer("producers").pipe(Options.withDescription("Concurrent producers"), withShownDefault(8)),
+      "producers",
+      "--producers"
+    ),
+    redeliverShare: bounded(
+      Options.float("redeliver-share").pipe(
+        Options.withDescription("Share of handled messages delivered again on purpose (0 to 1)"),
+        withShownDefault(0.02)
+      ),
+      "redeliverShare",
+      "--redeliver-share"
     ),
     broker: Options.boolean("broker").pipe(
       Options.withDescription("Forward through RabbitMQ: outbox → forwarder → RabbitMQ → idempotent invoice consumer")
@@ -85,7 +121,17 @@ const demo = Command.make(
 const cli = Command.run(demo, { name: "effect-outbox demo", version: "0.1.0" })
 
 cli(process.argv).pipe(
+  Effect.catchAllCause((cause) => {
+    if (Cause.isInterruptedOnly(cause)) return Effect.failCause(cause)
+    const failure = Cause.failureOption(cause)
+    // @effect/cli has printed what is wrong with the command line: one hint more, no stack.
+    const line = Option.isSome(failure) && ValidationError.isValidationError(failure.value)
+      ? "Run `npm start -- --help` for the options."
+      : `error: ${describeError(Option.getOrElse(failure, () => Cause.squash(cause)))}`
+    return Console.error(line).pipe(Effect.zipRight(Effect.failCause(cause)))
+  }),
   Logger.withMinimumLogLevel(LogLevel.Warning),
+  plainWhenPiped,
   Effect.provide(NodeContext.layer),
-  NodeRuntime.runMain
+  NodeRuntime.runMain({ disableErrorReporting: true })
 )

@@ -60,6 +60,58 @@ export interface DemoSummary {
   readonly duplicates: number
 }
 
+/**
+ * The bounds of the demo's options: what `checkOptions` accepts.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const optionBounds = {
+  orders: { min: 1, max: 1_000_000 },
+  producers: { min: 1, max: 50 },
+  rollbackShare: { min: 0, max: 1 },
+  redeliverShare: { min: 0, max: 1 }
+} as const
+
+/**
+ * Options the demo cannot run with: an order count or producer count out of bounds, a share outside [0, 1].
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class DemoOptionsError extends Schema.TaggedError<DemoOptionsError>()("DemoOptionsError", {
+  message: Schema.String
+}) {}
+
+/**
+ * What is wrong with a value of an option, or `undefined`: counts must be integers, every value within its bounds.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const optionProblem = (name: keyof typeof optionBounds, flag: string, value: number): string | undefined => {
+  const { max, min } = optionBounds[name]
+  const integer = name === "orders" || name === "producers"
+  if ((integer && !Number.isInteger(value)) || !(value >= min && value <= max)) {
+    return `${flag} must be ${integer ? "an integer" : "a number"} from ${min} to ${max}, got ${value}`
+  }
+  return undefined
+}
+
+/**
+ * The options, checked: a `DemoOptionsError` naming the first one out of bounds.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const checkOptions = (options: DemoOptions): Effect.Effect<DemoOptions, DemoOptionsError> => {
+  const problem = optionProblem("orders", "orders", options.orders) ??
+    optionProblem("producers", "producers", options.producers) ??
+    optionProblem("rollbackShare", "rollbackShare", options.rollbackShare) ??
+    optionProblem("redeliverShare", "redeliverShare", options.redeliverShare)
+  return problem === undefined ? Effect.succeed(options) : Effect.fail(new DemoOptionsError({ message: problem }))
+}
+
 /** The demo's own tables, apart from any application tables. */
 const outboxTable = "demo_outbox"
 
@@ -78,6 +130,23 @@ export const transportOptions: PgTransport.Options = { table: outboxTable }
  * @category layers
  */
 export const idempotencyOptions: PgIdempotencyStore.Options = { table: "demo_idempotency", messagesTable: outboxTable }
+
+/**
+ * The business tables each demo run drops and creates afresh.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const recreatedTables = ["demo_orders", "demo_invoices"] as const
+
+/**
+ * What a demo run does to a database, as the warning printed before it touches one of yours says it.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const databaseWarning = `it drops and recreates the tables ${recreatedTables.join(" and ")}, deletes every ` +
+  `message in ${outboxTable}, and creates ${outboxTable} and demo_idempotency when missing`
 
 /**
  * The demo's business tables, created afresh: `demo_orders` (`orders` unpaid orders) and `demo_invoices`.

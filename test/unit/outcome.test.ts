@@ -3,6 +3,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Cause from "effect/Cause"
+import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Option from "effect/Option"
 import {
@@ -212,6 +213,67 @@ describe("Outcome.decide", () => {
     expect(details.tag).toBe("SqlError")
     expect(details.message).toBe(`Failed to execute statement: invalid byte sequence for encoding "UTF8": 0x00`)
     expect(details.cause).toContain(`Caused by: Error: invalid byte sequence for encoding "UTF8": 0x00`)
+  })
+})
+
+class PaymentDeclined extends Data.TaggedError("PaymentDeclined")<{ readonly code: string }> {}
+
+describe("Outcome.errorDetails of an error without a message", () => {
+  const declined = `{"code":"card_expired"}`
+
+  it("a Data.TaggedError with fields only: the tag and the fields as JSON", () => {
+    const details = Outcome.errorDetails(Cause.fail(new PaymentDeclined({ code: "card_expired" })))
+    expect(details.tag).toBe("PaymentDeclined")
+    expect(details.message).toBe(declined)
+  })
+
+  it("a plain object failure and a plain object defect: the tag and the fields, never [object Object]", () => {
+    for (
+      const cause of [
+        Cause.fail({ _tag: "PaymentDeclined", code: "card_expired" }),
+        Cause.die({ _tag: "PaymentDeclined", code: "card_expired" })
+      ]
+    ) {
+      const details = Outcome.errorDetails(cause)
+      expect(details.tag).toBe("PaymentDeclined")
+      expect(details.message).toBe(declined)
+      expect(details.cause).not.toContain("[object Object]")
+    }
+    expect(Outcome.errorDetails(Cause.die({ amount: 5, currency: "EUR" })).message).toBe(
+      `{"amount":5,"currency":"EUR"}`
+    )
+  })
+
+  it("an error that says nothing at all still has a message", () => {
+    for (const error of [new Error(), new PaymentDeclined({} as { code: string }), {}]) {
+      expect(Outcome.errorDetails(Cause.fail(error)).message.length).toBeGreaterThan(0)
+    }
+  })
+
+  it("keeps the fields beside the words of the error's cause", () => {
+    const error =
+      new (class extends Data.TaggedError("GatewayError")<{ readonly status: number; readonly cause: unknown }> {})({
+        status: 502,
+        cause: new Error("upstream timed out")
+      })
+    expect(Outcome.errorDetails(Cause.fail(error)).message).toBe(`{"status":502}: upstream timed out`)
+  })
+
+  it("fields that are cyclic, BigInt, throwing getters or huge: bounded, never a throw", () => {
+    const cyclic: Record<string, unknown> = { _tag: "Loop", id: 1n }
+    cyclic.self = cyclic
+    Object.defineProperty(cyclic, "secret", {
+      enumerable: true,
+      get: () => {
+        throw new Error("no")
+      }
+    })
+    const details = Outcome.errorDetails(Cause.fail(cyclic))
+    expect(details.tag).toBe("Loop")
+    expect(details.message).toBe(`{"id":1,"self":"(circular)","secret":"(unreadable)"}`)
+    const huge = Outcome.errorDetails(Cause.fail({ _tag: "Huge", items: Array.from({ length: 100_000 }, (_, i) => i) }))
+    expect(huge.message.length).toBeLessThanOrEqual(Outcome.maxMessageLength + 40)
+    expect(huge.message).toMatch(/^\{"items":\[0,1,2,.*… \[\d+ more characters cut\]$/)
   })
 })
 

@@ -9,14 +9,74 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { TransportStats } from "../../domain/Envelope.js"
+import * as PgTransport from "../../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
 import { Transport } from "../../services/Transport.js"
 import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
-import type { Environment } from "./environment.js"
-import { formatAge, oneLine, parseDurationMs, renderTable } from "./format.js"
-import { dsn, fail, format, memoryLimit, positive, verbose } from "./options.js"
+import { Deployment, type Environment } from "./environment.js"
+import { formatAge, headline, parseDurationMs, renderTable, truncate } from "./format.js"
+import { dsn, fail, format, memoryLimit, positive, target, verbose, withShownDefault } from "./options.js"
+
+/**
+ * The options of `consume`, each a worker option (see `workerOptions`): a new worker option is one entry here and
+ * one line there.
+ */
+const consumeOptions = {
+  limit: positive("limit").pipe(Options.withDescription("Stop after N messages"), Options.optional),
+  failureLimit: positive("failure-limit").pipe(
+    Options.withDescription("Stop after N messages were retried or failed"),
+    Options.optional
+  ),
+  timeLimit: positive("time-limit").pipe(Options.withDescription("Stop after N seconds"), Options.optional),
+  memoryLimit,
+  sleep: Options.float("sleep").pipe(
+    Options.withDescription("Seconds to wait when every transport is empty"),
+    withShownDefault(1)
+  ),
+  batchSize: positive("batch-size").pipe(
+    Options.withDescription("Messages claimed per round trip"),
+    withShownDefault(50)
+  ),
+  concurrency: positive("concurrency").pipe(
+    Options.withDescription("Messages handled at once (1 keeps order)"),
+    withShownDefault(1)
+  ),
+  shutdownTimeout: Options.float("shutdown-timeout").pipe(
+    Options.withDescription("Seconds in-flight handlers may run on after SIGTERM/SIGINT"),
+    withShownDefault(30)
+  ),
+  verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration"))
+}
+
+/** The parsed options of `consume`. */
+type ConsumeOptions = Command.Command.ParseConfig<typeof consumeOptions>
+
+/** The worker's options from the parsed `consume` options (without the event hook, which `-v` adds). */
+const workerOptions = (o: ConsumeOptions & { readonly transports: ReadonlyArray<string> }) =>
+  Effect.gen(function*() {
+    if (!(o.sleep >= 0)) return yield* fail(`--sleep must be >= 0, got ${o.sleep}`)
+    if (!(o.shutdownTimeout >= 0)) return yield* fail(`--shutdown-timeout must be >= 0, got ${o.shutdownTimeout}`)
+    const optional = <A, B>(value: Option.Option<A>, f: (a: A) => B): B | Record<string, never> =>
+      Option.match(value, { onNone: () => ({}), onSome: f })
+    return {
+      transports: o.transports,
+      batchSize: o.batchSize,
+      concurrency: o.concurrency,
+      sleep: o.sleep * 1000,
+      shutdownTimeout: o.shutdownTimeout * 1000,
+      ...optional(o.limit, (limit) => ({ limit })),
+      ...optional(o.failureLimit, (failureLimit) => ({ failureLimit })),
+      ...optional(o.timeLimit, (s) => ({ timeLimit: s * 1000 })),
+      ...optional(o.memoryLimit, (memoryLimit) => ({ memoryLimit }))
+    } satisfies Worker.WorkerOptions
+  })
+
+/** The `-v` line of one message: id, type, outcome, duration, and for a failure its tag and most useful line. */
+const eventLine = (event: Extract<Worker.WorkerEvent, { readonly _tag: "Handled" | "Retried" | "Failed" }>): string =>
+  `${event.messageId} ${event.type} ${event._tag.toLowerCase()} ${event.durationMs}ms` +
+  (event._tag === "Handled" ? "" : ` ${event.error.tag}: ${headline(event.error.message, 300)}`)
 
 /** @internal */
 export const make = (options: CliOptions, environment: Environment) => {
@@ -28,32 +88,46 @@ export const make = (options: CliOptions, environment: Environment) => {
     known,
     opened,
     transportOnly,
+    withOperatorTransport,
     withTransport
   } = environment
+
+  /** The application says it uses the idempotency store: `Cli.make({ idempotency: { … } })`. */
+  const idempotencyConfigured = options.idempotency !== undefined && options.idempotency !== false
+
   const setupTransports = Command.make(
     "setup-transports",
-    { dsn, transports: Args.text({ name: "transport" }).pipe(Args.repeated) },
+    {
+      ...target,
+      transports: Args.text({ name: "transport" }).pipe(
+        Args.withDescription("Transports to report (default: all)"),
+        Args.repeated
+      ),
+      idempotency: Options.boolean("idempotency").pipe(
+        Options.withDescription("Also create or migrate the idempotency table (for idempotent handlers)")
+      )
+    },
     (o) =>
       withTransport(
-        o.dsn,
+        o,
         Effect.gen(function*() {
+          const withStore = o.idempotency || idempotencyConfigured
+          if (withStore && idempotencyOptions === undefined) {
+            return yield* fail("This application has no idempotency store (Cli.make({ idempotency: false }))")
+          }
           const { admin, transport } = yield* opened(o.transports)
           const applied = [...yield* admin.setup]
-          if (idempotencyOptions !== undefined) {
+          if (withStore) {
             const store = yield* Effect.provide(IdempotencyStore, idempotencyOnly)
             applied.push(...(yield* store.setup).map((m) => `idempotency ${m}`))
           }
           yield* Console.log(
-            applied.length === 0
-              ? "Schema is up to date; nothing to do."
-              : `Applied migrations: ${applied.join(", ")}`
+            applied.length === 0 ? "Schema is up to date; nothing to do." : `Applied migrations: ${applied.join(", ")}`
           )
           for (const name of o.transports.length > 0 ? o.transports : transport.names) {
             yield* Console.log(`[OK] The "${name}" transport was set up successfully.`)
           }
-          if (idempotencyOptions !== undefined) {
-            yield* Console.log("[OK] The idempotency store was set up successfully.")
-          }
+          if (withStore) yield* Console.log("[OK] The idempotency store was set up successfully.")
         })
       )
   ).pipe(Command.withDescription("Create or migrate the outbox table (idempotent, versioned)"))
@@ -61,54 +135,22 @@ export const make = (options: CliOptions, environment: Environment) => {
   const consume = (handlers: NonNullable<CliOptions["handlers"]>) =>
     Command.make(
       "consume",
-      {
-        dsn,
-        transports: Args.text({ name: "transport" }).pipe(Args.atLeast(1)),
-        limit: positive("limit").pipe(Options.withDescription("Stop after N messages"), Options.optional),
-        failureLimit: positive("failure-limit").pipe(
-          Options.withDescription("Stop after N messages were retried or failed"),
-          Options.optional
-        ),
-        timeLimit: positive("time-limit").pipe(Options.withDescription("Stop after N seconds"), Options.optional),
-        memoryLimit,
-        sleep: Options.float("sleep").pipe(
-          Options.withDefault(1),
-          Options.withDescription("Seconds to wait when every transport is empty")
-        ),
-        batchSize: positive("batch-size").pipe(Options.withDefault(50)),
-        concurrency: positive("concurrency").pipe(Options.withDefault(1)),
-        shutdownTimeout: Options.float("shutdown-timeout").pipe(
-          Options.withDefault(30),
-          Options.withDescription("Seconds in-flight handlers may run on after SIGTERM/SIGINT")
-        ),
-        verbose
-      },
+      { ...target, transports: Args.text({ name: "transport" }).pipe(Args.atLeast(1)), ...consumeOptions },
       (o) =>
         Effect.gen(function*() {
           const transport = yield* Transport
           yield* known(transport, o.transports)
-          if (!(o.sleep >= 0)) return yield* fail(`--sleep must be >= 0, got ${o.sleep}`)
+          const worker = yield* workerOptions(o)
           yield* Console.log(`[OK] Consuming messages from transport(s) "${o.transports.join(", ")}".`)
           yield* Console.log("// Quit the worker with CONTROL-C (it finishes the messages in flight).")
           const summary = yield* Worker.run({
-            transports: o.transports,
-            batchSize: o.batchSize,
-            concurrency: o.concurrency,
-            sleep: o.sleep * 1000,
-            shutdownTimeout: o.shutdownTimeout * 1000,
-            ...Option.match(o.limit, { onNone: () => ({}), onSome: (limit) => ({ limit }) }),
-            ...Option.match(o.failureLimit, { onNone: () => ({}), onSome: (failureLimit) => ({ failureLimit }) }),
-            ...Option.match(o.timeLimit, { onNone: () => ({}), onSome: (s) => ({ timeLimit: s * 1000 }) }),
-            ...Option.match(o.memoryLimit, { onNone: () => ({}), onSome: (memoryLimit) => ({ memoryLimit }) }),
-            ...(o.verbose
-              ? {
+            ...worker,
+            ...(o.verbose ?
+              {
                 onEvent: (event: Worker.WorkerEvent) =>
-                  event._tag === "Started" || event._tag === "Stopped" ? Effect.void : Console.log(
-                    `${event.messageId} ${event.type} ${event._tag.toLowerCase()} ${event.durationMs}ms` +
-                      (event._tag === "Handled" ? "" : ` ${event.error.tag}: ${oneLine(event.error.message)}`)
-                  )
-              }
-              : {})
+                  event._tag === "Started" || event._tag === "Stopped" ? Effect.void : Console.log(eventLine(event))
+              } :
+              {})
           })
           yield* Console.log(
             `Worker stopped (${summary.stoppedBy}): handled ${summary.handled}, retried ${summary.retried}, ` +
@@ -118,7 +160,7 @@ export const make = (options: CliOptions, environment: Environment) => {
           Effect.provide(
             Layer.mergeAll(handlers, ScheduleRetryStrategy.layer(options.retry)).pipe(
               Layer.provideMerge(idempotencyOptions === undefined ? Layer.empty : idempotencyOnly),
-              Layer.provideMerge(transportOnly),
+              Layer.provideMerge(transportOnly(o)),
               Layer.provideMerge(database(o.dsn))
             )
           )
@@ -140,7 +182,10 @@ export const make = (options: CliOptions, environment: Environment) => {
             : Effect.succeed(ms)
         })
       ),
-      batchSize: positive("batch-size").pipe(Options.withDefault(1000))
+      batchSize: positive("batch-size").pipe(
+        Options.withDescription("Records deleted per transaction"),
+        withShownDefault(1000)
+      )
     },
     (o) =>
       Effect.gen(function*() {
@@ -161,38 +206,114 @@ export const make = (options: CliOptions, environment: Environment) => {
 
   const stats = Command.make(
     "stats",
-    { dsn, transports: Args.text({ name: "transport" }).pipe(Args.repeated), format },
+    {
+      ...target,
+      transports: Args.text({ name: "transport" }).pipe(
+        Args.withDescription("Transports to count (default: all)"),
+        Args.repeated
+      ),
+      format
+    },
     (o) =>
-      withTransport(
-        o.dsn,
+      withOperatorTransport(
+        o,
+        [],
         Effect.gen(function*() {
           const { admin, transport } = yield* opened(o.transports)
+          const { table } = yield* Deployment
+          const failureOf = (name: string) => Option.getOrElse(transport.failureTransport(name), () => name)
+          const failureNames = new Set(transport.names.map(failureOf))
           const names = o.transports.length > 0 ? o.transports : transport.names
-          const rows: Array<TransportStats> = yield* Effect.forEach(names, (name) => admin.stats(name))
-          if (o.format === "json") {
-            return yield* Console.log(
-              JSON.stringify(
-                { transports: Object.fromEntries(rows.map(({ transport, ...rest }) => [transport, rest])) },
-                null,
-                2
-              )
-            )
+          const queues = names.filter((name) => !failureNames.has(name))
+          const failures = [...new Set([...names.filter((name) => failureNames.has(name)), ...queues.map(failureOf)])]
+          const counts = new Map<string, TransportStats>()
+          for (const name of new Set([...queues, ...failures])) counts.set(name, yield* admin.stats(name))
+          // Who each failure queue's messages failed from: read from their headers where the queue can be browsed.
+          const origins = new Map<string, ReadonlyMap<string | null, number>>()
+          for (const name of failures) {
+            if (!Option.exists(transport.capabilities(name), (c) => c.browsing)) continue
+            const from = yield* PgTransport.failedFrom(counts.get(name)!.queue, { table })
+            origins.set(name, new Map(from.map((row) => [row.transport, row.count])))
           }
-          yield* Console.log(renderTable(
-            ["Transport", "Queue", "Ready", "Delayed", "In flight", "Failed", "Oldest ready"],
-            rows.map((r) => [
-              r.transport,
-              r.queue,
-              String(r.ready),
-              String(r.delayed),
-              String(r.inFlight),
-              String(r.failed),
-              formatAge(r.oldestReadyAgeMs)
-            ])
-          ))
+          const failedFrom = (name: string): number | null => {
+            const from = origins.get(failureOf(name))
+            return from === undefined ? null : from.get(name) ?? 0
+          }
+          const failureRows = failures.filter((name) => names.includes(name)).map((name) => {
+            const c = counts.get(name)!
+            return {
+              name,
+              queue: c.queue,
+              messages: c.ready + c.delayed + c.inFlight,
+              oldestAgeMs: c.oldestReadyAgeMs,
+              from: origins.get(name)
+            }
+          })
+          if (o.format === "json") {
+            return yield* Console.log(JSON.stringify(
+              {
+                transports: Object.fromEntries(queues.map((name) => {
+                  const { transport: _, ...c } = counts.get(name)!
+                  return [name, { ...c, failed: failedFrom(name), failureTransport: failureOf(name) }]
+                })),
+                failureTransports: Object.fromEntries(failureRows.map(({ from, name, ...row }) => [name, {
+                  ...row,
+                  from: from === undefined ? null : Object.fromEntries(
+                    [...from.entries()].map(([origin, n]) => [origin ?? unknownOrigin, n])
+                  )
+                }]))
+              },
+              null,
+              2
+            ))
+          }
+          if (queues.length > 0) {
+            yield* Console.log(renderTable(
+              ["Transport", "Queue", "Ready", "Delayed", "In flight", "Failed", "Oldest ready"],
+              queues.map((name) => {
+                const c = counts.get(name)!
+                const failed = failedFrom(name)
+                return [
+                  name,
+                  c.queue,
+                  String(c.ready),
+                  String(c.delayed),
+                  String(c.inFlight),
+                  failed === null ? "-" : String(failed),
+                  formatAge(c.oldestReadyAgeMs)
+                ]
+              })
+            ))
+          }
+          if (failureRows.length > 0) {
+            if (queues.length > 0) yield* Console.log("")
+            yield* Console.log(renderTable(
+              ["Failure transport", "Queue", "Messages", "Oldest", "Failed from"],
+              failureRows.map((row) => [
+                row.name,
+                row.queue,
+                String(row.messages),
+                formatAge(row.oldestAgeMs),
+                row.from === undefined
+                  ? "-"
+                  : truncate(
+                    [...row.from.entries()].sort((a, b) => b[1] - a[1])
+                      .map(([origin, n]) => `${origin ?? unknownOrigin} ${n}`).join(", ") || "-",
+                    100
+                  )
+              ])
+            ))
+          }
         })
       )
-  ).pipe(Command.withDescription("Messages per transport: ready, delayed, in flight, failed, oldest ready age"))
+  ).pipe(
+    Command.withDescription(
+      "Messages per transport (ready, delayed, in flight, failed from it, oldest ready age) and per failure transport"
+    )
+  )
 
   return { setupTransports, consume, idempotencyPurge, stats }
 }
+
+/** How `stats` names the origin of failed messages whose headers record none. */
+const unknownOrigin = "(unknown)"

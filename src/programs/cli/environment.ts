@@ -1,16 +1,22 @@
 /**
- * The layers the commands run on, from the flags, the environment (`DATABASE_URL`, `OUTBOX_TABLE`,
- * `OUTBOX_IDEMPOTENCY_TABLE`, `AMQP_URL`) and the application's options.
+ * The layers the commands run on, from the flags (`--dsn`, `--table`, `--transport-queue`), the environment
+ * (`DATABASE_URL`, `OUTBOX_TABLE`, `OUTBOX_TRANSPORT_QUEUES`, `OUTBOX_IDEMPOTENCY_TABLE`, `AMQP_URL`) and the
+ * application's options. The operator commands also serve the queues the table holds that no option names, so the
+ * `outbox` binary works on any deployment without its code.
  *
  * @internal
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as Redacted from "effect/Redacted"
+import * as Redacted from "effect/Redacted"
+import type { OutboxConfigError } from "../../domain/Errors.js"
+import * as Identifier from "../../domain/Identifier.js"
 import { describeError } from "../../internal/describeError.js"
+import { failureTransports } from "../../internal/transports.js"
 import * as AmqpTransport from "../../layers/amqp/AmqpTransport.js"
 import * as PgIdempotencyStore from "../../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../../layers/PgTransport.js"
@@ -18,7 +24,39 @@ import * as TransportRouter from "../../layers/TransportRouter.js"
 import { Transport, type TransportShape } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
-import { CliError, fail } from "./options.js"
+import { CliError, fail, type Target } from "./options.js"
+
+/**
+ * What the operator commands know of the deployment beside the transports: the table, and the transports named
+ * only by the origin their failed messages record (their queue is assumed to bear their name).
+ *
+ * @internal
+ */
+export class Deployment extends Context.Tag("effect-outbox/cli/Deployment")<Deployment, {
+  readonly table: string
+  readonly inferred: ReadonlySet<string>
+}>() {}
+
+/** Where a transport's messages are, for the operator commands: the PostgreSQL transport's options. */
+interface Resolved {
+  readonly options: PgTransport.Options
+  readonly inferred: ReadonlySet<string>
+}
+
+/** The `NAME=QUEUE` pairs of `--transport-queue` and `OUTBOX_TRANSPORT_QUEUES` (comma-separated), checked. */
+const parseQueues = (values: ReadonlyArray<string>) =>
+  Effect.forEach(values, (value): Effect.Effect<readonly [string, string], CliError | OutboxConfigError> => {
+    const equals = value.indexOf("=")
+    if (equals <= 0 || equals === value.length - 1) {
+      return fail(
+        `--transport-queue: expected NAME=QUEUE (a transport and its queue_name), got ${JSON.stringify(value)}`
+      )
+    }
+    return Effect.all([
+      Identifier.validateQueueName(value.slice(0, equals).trim()),
+      Identifier.validateQueueName(value.slice(equals + 1).trim())
+    ])
+  })
 
 /** @internal */
 export const make = (options: CliOptions) => {
@@ -30,6 +68,7 @@ export const make = (options: CliOptions) => {
           : yield* Config.redacted("DATABASE_URL").pipe(
             Effect.mapError(() => new CliError({ message: "No database: pass --dsn or set DATABASE_URL" }))
           )
+        yield* checkUrl(url)
         return PgClient.layer({ url, connectTimeout: "5 seconds" })
       })
     ).pipe(
@@ -40,28 +79,107 @@ export const make = (options: CliOptions) => {
       )
     )
 
-  const transportLayer = (flag: Option.Option<Redacted.Redacted>) =>
-    transportOnly.pipe(Layer.provideMerge(database(flag)))
-
-  const transportOnly = Layer.unwrapEffect(
+  /** The table: `--table`, else `OUTBOX_TABLE`, else the application's, else `messenger_messages`; checked. */
+  const tableOf = (target: Target) =>
     Effect.gen(function*() {
-      // The table can be overridden by `OUTBOX_TABLE`; the rest comes from the options as given.
-      const pg = {
-        ...Object.fromEntries(
-          Object.entries(options.transport ?? {}).map(([key, value]) => [key, Config.succeed(value)])
-        ),
-        table: Config.string("OUTBOX_TABLE").pipe(
-          Config.withDefault(options.transport?.table ?? PgTransport.defaultTable)
+      const table = Option.isSome(target.table)
+        ? target.table.value
+        : yield* Config.string("OUTBOX_TABLE").pipe(
+          Config.withDefault(options.transport?.table ?? PgTransport.defaultTable),
+          Effect.orElseSucceed(() => options.transport?.table ?? PgTransport.defaultTable)
         )
-      } as Config.Config.Wrap<PgTransport.Options>
-      if (options.amqp === undefined) return PgTransport.layerConfig(pg)
+      return yield* Identifier.validateTableName(table, 48)
+    })
+
+  /** The names the broker serves beside the table (`Cli.make({ amqp })`): never taken for a queue of the table. */
+  const brokerNames = options.amqp === undefined ? [] : Object.keys(options.amqp.transports ?? { amqp: {} })
+
+  /**
+   * The transports of the table: the application's, with the queues of `--transport-queue`; with `discover`, also
+   * every queue the table holds and every transport its failure queues (and `inspect`) record as an origin.
+   */
+  const resolve = (
+    target: Target,
+    discover: { readonly inspect: ReadonlyArray<string> } | undefined
+  ) =>
+    Effect.gen(function*() {
+      const table = yield* tableOf(target)
+      const fromEnv = yield* Config.string("OUTBOX_TRANSPORT_QUEUES").pipe(
+        Config.withDefault(""),
+        Effect.orElseSucceed(() => "")
+      )
+      const pairs = yield* parseQueues([
+        ...fromEnv.split(",").map((s) => s.trim()).filter((s) => s.length > 0),
+        ...target.transportQueues
+      ])
+      const transports: Record<string, PgTransport.TransportOptions> = {
+        ...(options.transport?.transports ?? { outbox: {} })
+      }
+      for (const [name, queue] of pairs) transports[name] = { ...transports[name], queueName: queue }
+      const inferred = new Set<string>()
+      if (discover !== undefined) {
+        const taken = new Set(brokerNames)
+        const used = new Set<string>()
+        const reserve = () => {
+          for (const [name, , o] of failureTransports(transports)) {
+            taken.add(name)
+            used.add(o?.queueName ?? name)
+          }
+        }
+        reserve()
+        for (const queue of yield* PgTransport.queueNames({ table })) {
+          if (!taken.has(queue) && !used.has(queue)) transports[queue] = {}
+        }
+        reserve()
+        // The transports whose failures wait in each failure queue: one not served yet bears its queue's name.
+        const resolved = failureTransports(transports)
+        const queueOf = (name: string) => {
+          const found = resolved.find(([n]) => n === name)
+          return found?.[2]?.queueName ?? name
+        }
+        const failureQueues = new Set([
+          ...resolved.map(([, failure]) => queueOf(failure)),
+          ...discover.inspect.map(queueOf)
+        ])
+        for (const queue of failureQueues) {
+          for (const { transport } of yield* PgTransport.failedFrom(queue, { table })) {
+            if (transport === null || taken.has(transport) || used.has(transport)) continue
+            transports[transport] = {}
+            taken.add(transport)
+            used.add(transport)
+            inferred.add(transport)
+          }
+        }
+      }
+      return { options: { ...options.transport, table, transports }, inferred } satisfies Resolved
+    })
+
+  const served = (resolved: Resolved) =>
+    Effect.gen(function*() {
+      if (options.amqp === undefined) return PgTransport.layer(resolved.options)
       const { url: explicit, ...amqp } = options.amqp
       const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
         Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
       ))
-      return TransportRouter.layer(PgTransport.makeConfig(pg), AmqpTransport.make({ ...amqp, url }))
+      return TransportRouter.layer(PgTransport.make(resolved.options), AmqpTransport.make({ ...amqp, url }))
     })
-  )
+
+  /** The application's transports (what `consume` and `setup-transports` serve), on the `SqlClient` in context. */
+  const transportOnly = (target: Target) => Layer.unwrapEffect(Effect.flatMap(resolve(target, undefined), served))
+
+  const transportLayer = (target: Target) => transportOnly(target).pipe(Layer.provideMerge(database(target.dsn)))
+
+  /** The transports of the operator commands: the application's and every queue of the table, with `Deployment`. */
+  const operatorLayer = (target: Target, inspect: ReadonlyArray<string>) =>
+    Layer.unwrapEffect(
+      Effect.gen(function*() {
+        const resolved = yield* resolve(target, { inspect })
+        return Layer.merge(
+          yield* served(resolved),
+          Layer.succeed(Deployment, { table: resolved.options.table!, inferred: resolved.inferred })
+        )
+      })
+    ).pipe(Layer.provideMerge(database(target.dsn)))
 
   const idempotencyOptions = options.idempotency === false ? undefined : options.idempotency ?? {}
   const idempotencyOnly = Layer.unwrapEffect(
@@ -77,8 +195,16 @@ export const make = (options: CliOptions) => {
   const idempotencyLayer = (flag: Option.Option<Redacted.Redacted>) =>
     idempotencyOnly.pipe(Layer.provide(database(flag)))
 
-  const withTransport = <A, E, R>(flag: Option.Option<Redacted.Redacted>, self: Effect.Effect<A, E, R>) =>
-    Effect.provide(self, transportLayer(flag))
+  /** Runs an operator command (`stats`, `failed:*`) on every transport of the table; `inspect`: its failure queues. */
+  const withOperatorTransport = <A, E, R>(
+    target: Target,
+    inspect: ReadonlyArray<string>,
+    self: Effect.Effect<A, E, R>
+  ) => Effect.provide(self, operatorLayer(target, inspect))
+
+  /** Runs a command on the application's transports. */
+  const withTransport = <A, E, R>(target: Target, self: Effect.Effect<A, E, R>) =>
+    Effect.provide(self, transportLayer(target))
 
   const known = (transport: TransportShape, names: ReadonlyArray<string>) =>
     Effect.forEach(names, (name) =>
@@ -97,14 +223,29 @@ export const make = (options: CliOptions) => {
   return {
     database,
     opened,
-    transportLayer,
     transportOnly,
     idempotencyOptions,
     idempotencyOnly,
     idempotencyLayer,
+    withOperatorTransport,
     withTransport,
     known
   }
+}
+
+/**
+ * A DSN must be a PostgreSQL URL: `pg` would read a bare word as a host name and answer `--dsn not-a-url` with
+ * `getaddrinfo ENOTFOUND base`.
+ */
+const checkUrl = (url: Redacted.Redacted) => {
+  const value = Redacted.value(url)
+  const parsed = URL.canParse(value) ? new URL(value) : undefined
+  return parsed !== undefined && /^(postgres|postgresql|socket):$/.test(parsed.protocol)
+    ? Effect.void
+    : fail(
+      "The DSN is not a valid PostgreSQL URL: expected postgres://user:password@host:port/database " +
+        "(from --dsn or DATABASE_URL)"
+    )
 }
 
 /** @internal */

@@ -8,24 +8,39 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import type * as Redacted from "effect/Redacted"
 import type { StoredMessage } from "../../domain/Envelope.js"
 import * as Headers from "../../domain/Headers.js"
 import type { TransportShape } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
-import type { Environment } from "./environment.js"
-import { oneLine, renderTable, truncate } from "./format.js"
-import { all, classFilter, dsn, fail, failureTransport, force, format, ids, positive, verbose } from "./options.js"
-import { describeFailed, printFailed } from "./render.js"
+import { Deployment, type Environment } from "./environment.js"
+import { renderTable, truncate } from "./format.js"
+import {
+  all,
+  classFilter,
+  fail,
+  failureTransport,
+  force,
+  format,
+  ids,
+  positive,
+  type Target,
+  target,
+  verbose,
+  withShownDefault
+} from "./options.js"
+import { describeFailed, printFailed, reasonCell } from "./render.js"
 
 /** @internal */
-export const make = ({ opened, withTransport }: Environment) => {
+export const make = ({ opened, withOperatorTransport }: Environment) => {
   const failedShow = Command.make(
     "failed:show",
     {
-      dsn,
-      id: Args.text({ name: "id" }).pipe(Args.optional),
-      max: positive("max").pipe(Options.withDefault(50)),
+      ...target,
+      id: Args.text({ name: "id" }).pipe(
+        Args.withDescription("A transport id: show that message in detail"),
+        Args.optional
+      ),
+      max: positive("max").pipe(Options.withDescription("List at most N messages"), withShownDefault(50)),
       classFilter,
       stats: Options.boolean("stats").pipe(Options.withDescription("Count failed messages per type")),
       transport: failureTransport,
@@ -33,8 +48,9 @@ export const make = ({ opened, withTransport }: Environment) => {
       verbose
     },
     (o) =>
-      withTransport(
-        o.dsn,
+      withOperatorTransport(
+        o,
+        [o.transport],
         Effect.gen(function*() {
           const { admin } = yield* opened([o.transport])
           const typeFilter = Option.getOrUndefined(o.classFilter)
@@ -63,7 +79,8 @@ export const make = ({ opened, withTransport }: Environment) => {
           const summaries = messages.map((m) => describeFailed(m, false))
           if (o.format === "json") return yield* Console.log(JSON.stringify(summaries, null, 2))
           if (summaries.length === 0) return yield* Console.log("[OK] No failed messages were found.")
-          const total = (yield* admin.stats(o.transport)).ready
+          const counts = yield* admin.stats(o.transport)
+          const total = counts.ready + counts.delayed + counts.inFlight
           yield* Console.log(
             total === 1
               ? "There is 1 message in the failure transport."
@@ -72,7 +89,7 @@ export const make = ({ opened, withTransport }: Environment) => {
           yield* Console.log(
             renderTable(
               ["Id", "Class", "Failed at", "Error"],
-              summaries.map((d) => [d.id, truncate(d.type, 60), d.failedAt, truncate(oneLine(d.error), 100)])
+              summaries.map((d) => [d.id, truncate(d.type, 60), d.failedAt, reasonCell(d)])
             )
           )
           if (summaries.length === o.max) yield* Console.log(`Showing first ${o.max} messages.`)
@@ -128,8 +145,7 @@ export const make = ({ opened, withTransport }: Environment) => {
 
   /** The failed messages a `failed:retry`/`failed:remove` run acts on, handed to `act` (not called when none). */
   const onSelected = <E, R>(
-    o: {
-      readonly dsn: Option.Option<Redacted.Redacted>
+    o: Target & {
       readonly ids: ReadonlyArray<string>
       readonly all: boolean
       readonly classFilter: Option.Option<string>
@@ -137,8 +153,9 @@ export const make = ({ opened, withTransport }: Environment) => {
     },
     act: (transport: TransportShape, messages: ReadonlyArray<StoredMessage>) => Effect.Effect<void, E, R>
   ) =>
-    withTransport(
-      o.dsn,
+    withOperatorTransport(
+      o,
+      [o.transport],
       Effect.gen(function*() {
         const { transport } = yield* opened([o.transport])
         const messages = yield* selection(transport, o.transport, o)
@@ -149,44 +166,54 @@ export const make = ({ opened, withTransport }: Environment) => {
 
   const failedRetry = Command.make(
     "failed:retry",
-    { dsn, ids, all, classFilter, force, transport: failureTransport },
+    { ...target, ids, all, classFilter, force, transport: failureTransport },
     (o) =>
       onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
           const admin = yield* TransportAdmin
+          const { inferred } = yield* Deployment
           const plan: Array<
             { readonly message: StoredMessage; readonly to: string; readonly headers: Headers.Headers }
           > = []
+          const refused: Array<string> = []
           for (const message of messages) {
-            const headers = Headers.decode(message.headers)
-            if (Either.isLeft(headers)) {
-              return yield* fail(`Message "${message.id}" has corrupt headers: it can only be shown or removed`)
-            }
-            const to = headers.right.originalTransport ?? o.transport
-            if (!transport.names.includes(to)) {
-              return yield* fail(`Message "${message.id}" came from the unknown transport "${to}"`)
-            }
-            // A new start: the retry budget and the last error are cleared; handlers that already succeeded stay skipped.
-            const { errorDetails: _e, originalTransport: _o, redeliveries: _r, ...rest } = headers.right
-            plan.push({ message, to, headers: new Headers.Headers(rest) })
+            const checked = retryPlan(message, o.transport, transport.names)
+            if (Either.isLeft(checked)) refused.push(checked.left)
+            else plan.push({ message, ...checked.right })
           }
-          yield* confirm(`Retry ${plan.length} message(s)?`, o.force)
-          let moved = 0
-          for (const { headers, message, to } of plan) {
-            if (yield* admin.move(o.transport, message.id, { to, headers })) {
-              moved++
-              yield* Console.log(`[OK] Message "${message.id}" (${message.messageId}) sent back to "${to}".`)
+          // Each refused message stays where it is, with its reason: said here, one line each.
+          for (const reason of refused) yield* Console.error(`[ERROR] ${reason}`)
+          if (plan.length > 0) {
+            yield* confirm(`Retry ${plan.length} message(s)?`, o.force)
+            let moved = 0
+            for (const { headers, message, to } of plan) {
+              if (yield* admin.move(o.transport, message.id, { to, headers })) {
+                moved++
+                yield* Console.log(
+                  `[OK] Message "${message.id}" (${message.messageId}) sent back to "${to}"` +
+                    (inferred.has(to)
+                      ? ` (its queue_name is taken to be "${to}", as no option names it: ` +
+                        `pass --transport-queue ${to}=QUEUE if it is another).`
+                      : ".")
+                )
+              }
             }
+            yield* Console.log(`${moved} message(s) will be retried by the workers of their transports.`)
           }
-          yield* Console.log(`${moved} message(s) will be retried by the workers of their transports.`)
+          if (refused.length > 0) {
+            return yield* fail(
+              `${refused.length} message(s) could not be retried and stay in the "${o.transport}" transport ` +
+                `with their reason (see above)`
+            )
+          }
         }))
   ).pipe(Command.withDescription("Send failed messages back to their original transport, ready now"))
 
   const failedRemove = Command.make(
     "failed:remove",
-    { dsn, ids, all, classFilter, force, transport: failureTransport },
+    { ...target, ids, all, classFilter, force, transport: failureTransport },
     (o) =>
-      onSelected(o, (transport, messages) =>
+      onSelected(o, (_transport, messages) =>
         Effect.gen(function*() {
           const admin = yield* TransportAdmin
           yield* confirm(`Permanently remove ${messages.length} message(s)?`, o.force)
@@ -199,4 +226,37 @@ export const make = ({ opened, withTransport }: Environment) => {
   ).pipe(Command.withDescription("Delete failed messages"))
 
   return { failedShow, failedRetry, failedRemove }
+}
+
+/**
+ * Where a failed message goes back to and with which headers, or why it cannot: its headers cannot be read, its
+ * original headers were corrupt (the worker kept their text in `rawHeaders`; sent back, it would fail again as an
+ * unknown type and lose its reason), or it came from a transport nobody serves. A retry is a new start: the retry
+ * budget and the last error are cleared; handlers that already succeeded stay skipped.
+ */
+const retryPlan = (
+  message: StoredMessage,
+  from: string,
+  served: ReadonlyArray<string>
+): Either.Either<{ readonly to: string; readonly headers: Headers.Headers }, string> => {
+  const decoded = Headers.decode(message.headers)
+  if (Either.isLeft(decoded)) {
+    return Either.left(`Message "${message.id}" has corrupt headers: it can only be shown or removed.`)
+  }
+  const headers = decoded.right
+  if (headers.rawHeaders !== undefined) {
+    return Either.left(
+      `Message "${message.id}" cannot be retried: its original headers were corrupt, so its type and stamps are ` +
+        `unknown (failed:show ${message.id} -v shows them); it can only be shown or removed.`
+    )
+  }
+  const to = headers.originalTransport ?? from
+  if (!served.includes(to)) {
+    return Either.left(
+      `Message "${message.id}" came from the unknown transport "${to}" (known: ${served.join(", ")}): ` +
+        `pass --transport-queue ${to}=QUEUE to name its queue.`
+    )
+  }
+  const { errorDetails: _e, originalTransport: _o, redeliveries: _r, ...rest } = headers
+  return Either.right({ to, headers: new Headers.Headers(rest) })
 }

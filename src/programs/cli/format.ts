@@ -70,3 +70,34 @@ export const parseDurationMs = (input: string): number | undefined => {
   const unit = units[match[2]!.toLowerCase()]
   return unit === undefined ? undefined : Number(match[1]) * unit
 }
+
+/** The tree glyphs of `ParseResult.TreeFormatter` (and the indentation around them). */
+const treeGlyphs = /^[\s│├└─]*/
+
+/**
+ * The most useful line of a reason, on one line and at most `max` characters: for a Schema parse tree, its
+ * deepest line — what was expected and what was found — after the keys that lead to it
+ * (`["amount"] Expected number, actual "x"`); for any other text of several lines (a stack), its first line.
+ *
+ * @internal
+ */
+export const headline = (text: string, max: number): string => {
+  const lines = text.split("\n").filter((line) => line.trim().length > 0)
+  if (lines.length <= 1) return truncate(oneLine(text), max)
+  const isTree = lines.slice(1).every((line) => /^[\s│]*[└├]─/.test(line))
+  if (!isTree) return truncate(lines[0]!.trim(), max)
+  const indent = (line: string) => treeGlyphs.exec(line)![0].length
+  const strip = (line: string) => line.slice(indent(line)).trim()
+  const last = lines[lines.length - 1]!
+  // The keys on the way from the root to the last line: the lines above it, each less indented than the one below.
+  const path: Array<string> = []
+  let depth = indent(last)
+  for (let i = lines.length - 2; i >= 1; i--) {
+    const line = lines[i]!
+    if (indent(line) >= depth) continue
+    depth = indent(line)
+    const step = strip(line)
+    if (/^\[.*\]$/.test(step)) path.unshift(step)
+  }
+  return truncate(path.length === 0 ? strip(last) : `${path.join("")} ${strip(last)}`, max)
+}

@@ -164,5 +164,45 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
   }
 }
 
+/**
+ * The queue names a table holds, each once and in order, at most `limit`: a skip scan of the claim index (one
+ * index probe per queue), so the number of rows does not matter.
+ *
+ * @internal
+ */
+export const queueNames = (sql: SqlClient.SqlClient, table: string, limit: number) => {
+  const t = sql(table)
+  return sql<{ readonly queue_name: string }>`WITH RECURSIVE queues AS (
+      (SELECT queue_name FROM ${t} ORDER BY queue_name LIMIT 1)
+      UNION ALL
+      SELECT (SELECT queue_name FROM ${t} WHERE queue_name > queues.queue_name ORDER BY queue_name LIMIT 1)
+      FROM queues WHERE queues.queue_name IS NOT NULL)
+    SELECT queue_name FROM queues WHERE queue_name IS NOT NULL LIMIT ${limit}`
+}
+
+/**
+ * The part of a failed message's headers text before its `custom` record, which `Headers.encode` writes last: a
+ * custom header named `originalTransport` is never read as the transport the message failed from.
+ */
+const beforeCustom = String.raw`"custom":\{.*$`
+
+/**
+ * The transport a failed message came from, as `Headers.encode` writes it at the top level of the headers; inside
+ * any JSON string the quotes are escaped, so only the key itself matches. Transport names are
+ * `[A-Za-z0-9_.:-]{1,190}` (`Identifier.validateQueueName`): nothing to unescape.
+ */
+const originalTransport = String.raw`"originalTransport":"([A-Za-z0-9_.:-]{1,190})"`
+
+/**
+ * How many messages of a failure queue came from each transport (`origin` NULL: headers that record none, or
+ * that are not the JSON `Headers.encode` writes), read from the headers text — corrupt headers never fail the count.
+ *
+ * @internal
+ */
+export const failedFrom = (sql: SqlClient.SqlClient, table: string, failureQueue: string) =>
+  sql<{ readonly origin: string | null; readonly n: number }>`
+    SELECT substring(regexp_replace(headers, ${beforeCustom}, '') FROM ${originalTransport}) AS origin, count(*)::int AS n
+    FROM ${sql(table)} WHERE queue_name = ${failureQueue} GROUP BY 1 ORDER BY 1`
+
 /** The statements of one table. @internal */
 export type Statements = ReturnType<typeof make>
