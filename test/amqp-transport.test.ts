@@ -358,7 +358,8 @@ describe("AMQP transport", () => {
           )
         )
       )
-      expect(missing._tag).toBe("ConfigError")
+      expect(missing._tag).toBe("OutboxConfigError")
+      expect(missing.message).toContain("AMQP_URL")
     }))
 })
 

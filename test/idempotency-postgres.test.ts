@@ -106,7 +106,7 @@ describe("PostgreSQL idempotency store", () => {
         expect(error.storage).toBe(table)
         expect(error.message).not.toContain("\n")
         expect(error.message).toContain(table)
-        expect(error.message).toContain("`outbox setup-transports`")
+        expect(error.message).toContain("`outbox setup-transports --idempotency`")
         expect(error.message).toContain("`IdempotencyStore.setup`")
         expect(error.message).toContain("autoSetup: true")
       }
@@ -127,7 +127,7 @@ describe("PostgreSQL idempotency store", () => {
       const noMessages = yield* Effect.flip(guarded.purge({ olderThan: 0 }))
       expect(noMessages._tag).toBe("StorageNotReadyError")
       expect(noMessages._tag === "StorageNotReadyError" && noMessages.storage).toBe(messages)
-      expect(noMessages.message).toContain("`outbox setup-transports`")
+      expect(noMessages.message).toContain("`outbox setup-transports --idempotency`")
       expect(yield* store.isProcessed(key)).toBe(true)
     })))
 

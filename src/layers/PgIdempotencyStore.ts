@@ -106,11 +106,11 @@ export const make = (
         ? new StorageNotReadyError({
           storage: relation,
           message: `The messages table ${relation} (the idempotency store's messagesTable) does not exist: ` +
-            "run `outbox setup-transports` or `TransportAdmin.setup`"
+            "run `outbox setup-transports --idempotency` or `TransportAdmin.setup`"
         })
         : new StorageNotReadyError({
           storage: table,
-          message: `The idempotency table ${table} does not exist: run \`outbox setup-transports\`, ` +
+          message: `The idempotency table ${table} does not exist: run \`outbox setup-transports --idempotency\`, ` +
             "`IdempotencyStore.setup`, or build the store with `PgIdempotencyStore.layer({ autoSetup: true })`"
         })
     const toStoreError = (operation: Operation, error: SqlError): StoreError => {

@@ -34,7 +34,6 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -45,6 +44,7 @@ import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import { OutboxConfigError, type TransportError, type UnknownTransportError } from "../../domain/Errors.js"
 import * as Identifier from "../../domain/Identifier.js"
+import { mapConfigError } from "../../internal/configError.js"
 import { checkKnown, positiveDuration, unknownTransport } from "../../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
@@ -363,8 +363,8 @@ export const layer = (options: Options): Layer.Layer<Transport | TransportAdmin 
  */
 export const makeConfig = (
   config: Config.Config.Wrap<Options>
-): Effect.Effect<AmqpTransportShape, OutboxConfigError | ConfigError.ConfigError, Scope.Scope> =>
-  Effect.flatMap(Config.unwrap(config), make)
+): Effect.Effect<AmqpTransportShape, OutboxConfigError, Scope.Scope> =>
+  Effect.flatMap(mapConfigError(Config.unwrap(config)), make)
 
 /**
  * `layer` with its options read from `Config`, e.g. `layerConfig({ url: Config.redacted("AMQP_URL") })`.
@@ -374,5 +374,5 @@ export const makeConfig = (
  */
 export const layerConfig = (
   config: Config.Config.Wrap<Options>
-): Layer.Layer<Transport | TransportAdmin | AmqpTransport, OutboxConfigError | ConfigError.ConfigError> =>
-  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layer))
+): Layer.Layer<Transport | TransportAdmin | AmqpTransport, OutboxConfigError> =>
+  Layer.unwrapEffect(Effect.map(mapConfigError(Config.unwrap(config)), layer))
