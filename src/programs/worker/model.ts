@@ -92,6 +92,12 @@ export interface WorkerOptions {
    * are no longer renewed, and they come back after one lease, to this worker or another.
    */
   readonly settleTimeout?: Duration.DurationInput
+  /**
+   * How long one run of a handler may take (default 15 minutes; finite and greater than zero). Past it the
+   * handler is interrupted and its message retried by the retry strategy with a `HandlerTimeoutError` (the
+   * failure queue once the strategy gives up). A handler's own `timeout` option overrides it.
+   */
+  readonly handlerTimeout?: Duration.DurationInput
   /** Called after each outcome is recorded. */
   readonly onEvent?: (event: WorkerEvent) => Effect.Effect<void>
   /**
