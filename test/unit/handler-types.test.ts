@@ -5,6 +5,7 @@
  * checks the `expectTypeOf` assertions and the `@ts-expect-error` lines; the tests run the same handlers and
  * dispatches on the in-memory layers, so what compiles also works.
  */
+import type * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { describe, expect, expectTypeOf, it } from "@effect/vitest"
 import * as Context from "effect/Context"
@@ -71,6 +72,19 @@ describe("handler types", () => {
   it("accept a handler that succeeds with a value", () => {
     expectTypeOf(listing).toEqualTypeOf<Handlers.Handler<OrderShipped, never, Invoices>>()
     expectTypeOf(listing.handle).returns.toEqualTypeOf<Effect.Effect<unknown, never, Invoices>>()
+  })
+
+  it("accept a handler that returns an SQL statement (an effect of its rows)", () => {
+    // Only the types matter here: the handler is declared, never run.
+    const sql = undefined as unknown as SqlClient.SqlClient
+    const insert = Handlers.handler(
+      OrderPaid,
+      (paid, envelope) => sql`INSERT INTO invoices VALUES (${paid.orderId}, ${envelope.messageId})`,
+      { name: "invoices", idempotent: true }
+    )
+    expectTypeOf(insert).toEqualTypeOf<
+      Handlers.Handler<OrderPaid, Handlers.IdempotentError<SqlError>, IdempotencyStore.IdempotencyStore>
+    >()
   })
 
   it("add the idempotency store's errors and service to an idempotent handler's own", () => {
