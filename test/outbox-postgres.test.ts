@@ -7,6 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { RecoverableMessageHandlingError, UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
+import type * as Message from "../src/domain/Message.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
@@ -354,7 +355,8 @@ describe("outbox on PostgreSQL", () => {
     withPg(Effect.gen(function*() {
       const table = uniqueTable()
       yield* Effect.gen(function*() {
-        const notSchema = yield* Effect.flip(Outbox.dispatch({ _tag: "Plain" }))
+        // A plain object does not compile (Outbox.MessageInstance): cast, as a JavaScript caller would pass it.
+        const notSchema = yield* Effect.flip(Outbox.dispatch({ _tag: "Plain" } as Message.Tagged))
         expect(notSchema._tag).toBe("MessageEncodeError")
         const invalid = yield* Effect.flip(Outbox.dispatch(new OrderShipped({ orderId: 1, carrier: "" }, true)))
         expect(invalid._tag).toBe("MessageEncodeError")

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -11,12 +12,14 @@ import type { Envelope } from "../domain/Envelope.js"
 import { OutboxConfigError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import type { MessageClass, Tagged } from "../domain/Message.js"
+import * as Durations from "../internal/durations.js"
 import * as IdempotencyStore from "./IdempotencyStore.js"
 
 /**
  * A handler of one message type. Its error channel decides the outcome:
  * `UnrecoverableMessageHandlingError` sends the message to the failure queue at once,
  * `RecoverableMessageHandlingError` always retries, anything else goes through the retry strategy.
+ * What it succeeds with is ignored.
  *
  * @since 0.1.0
  * @category models
@@ -29,7 +32,9 @@ export interface Handler<A extends Tagged, E, R> {
   readonly fromTransport?: string | undefined
   /** Run at most once per message id under this consumer name (`true`: the handler's name). */
   readonly idempotent?: boolean | string | undefined
-  readonly handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>
+  /** How long one run may take before it is interrupted and the message retried (default: the worker's). */
+  readonly timeout?: Duration.DurationInput | undefined
+  readonly handle: (message: A, envelope: Envelope<A>) => Effect.Effect<unknown, E, R>
 }
 
 /**
@@ -67,6 +72,11 @@ export interface HandlerOptions {
    * retention window new to it.
    */
   readonly idempotent?: boolean | string
+  /**
+   * How long one run of the handler may take (finite, > 0). Past it the handler is interrupted and the message
+   * retried by the retry strategy with a `HandlerTimeoutError`. Defaults to the worker's `handlerTimeout`.
+   */
+  readonly timeout?: Duration.DurationInput
 }
 
 /**
@@ -78,7 +88,8 @@ export interface HandlerOptions {
 export type IdempotentError<E> = E | IdempotencyStore.StoreError | IdempotencyKey.InvalidIdempotencyKeyError
 
 /**
- * Declares a handler for a message class.
+ * Declares a handler for a message class. The handler may return any effect — a conditional of several
+ * effects, one that succeeds with a value (ignored) — and its error and requirement types are inferred from it.
  *
  * @example
  * ```ts
@@ -89,19 +100,23 @@ export type IdempotentError<E> = E | IdempotencyStore.StoreError | IdempotencyKe
  * @since 0.1.0
  * @category constructors
  */
-export function handler<A extends Tagged, I, E, R>(
+export function handler<A extends Tagged, I, Eff extends Effect.Effect<any, any, any>>(
   message: MessageClass<A, I>,
-  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
+  handle: (message: A, envelope: Envelope<A>) => Eff,
   options: HandlerOptions & { readonly idempotent: true | string }
-): Handler<A, IdempotentError<E>, R | IdempotencyStore.IdempotencyStore>
-export function handler<A extends Tagged, I, E, R>(
+): Handler<
+  A,
+  IdempotentError<Effect.Effect.Error<Eff>>,
+  Effect.Effect.Context<Eff> | IdempotencyStore.IdempotencyStore
+>
+export function handler<A extends Tagged, I, Eff extends Effect.Effect<any, any, any>>(
   message: MessageClass<A, I>,
-  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
+  handle: (message: A, envelope: Envelope<A>) => Eff,
   options?: HandlerOptions
-): Handler<A, E, R>
+): Handler<A, Effect.Effect.Error<Eff>, Effect.Effect.Context<Eff>>
 export function handler<A extends Tagged, I, E, R>(
   message: MessageClass<A, I>,
-  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>,
+  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<unknown, E, R>,
   options: HandlerOptions = {}
 ): Handler<A, E, R> {
   return {
@@ -109,6 +124,7 @@ export function handler<A extends Tagged, I, E, R>(
     name: options.name ?? "",
     fromTransport: options.fromTransport,
     idempotent: options.idempotent,
+    timeout: options.timeout,
     handle
   }
 }
@@ -122,11 +138,14 @@ export function handler<A extends Tagged, I, E, R>(
 export interface RegisteredHandler {
   readonly name: string
   readonly fromTransport: string | undefined
+  /** The handler's own `timeout`, when it has one (the worker's `handlerTimeout` applies otherwise). */
+  readonly timeout: Duration.Duration | undefined
   /**
-   * Runs the handler (through the idempotency store when it is idempotent). Its services are not provided
-   * here: run it inside `HandlersShape.provide` (the worker's runner fiber provides them once for its life).
+   * Runs the handler (through the idempotency store when it is idempotent); its success value means nothing.
+   * Its services are not provided here: run it inside `HandlersShape.provide` (the worker's runner fiber
+   * provides them once for its life). It is not bounded by the timeout: the worker applies that.
    */
-  readonly run: (message: Tagged, envelope: Envelope) => Effect.Effect<void, unknown>
+  readonly run: (message: Tagged, envelope: Envelope) => Effect.Effect<unknown, unknown>
 }
 
 /**
@@ -154,7 +173,8 @@ export class Handlers extends Context.Tag("effect-outbox/Handlers")<Handlers, Ha
 
 /**
  * Builds the registry. Handlers' services are taken from the context now. Fails with
- * `OutboxConfigError` on duplicate handler names or two different classes with one tag.
+ * `OutboxConfigError` on duplicate handler names, two different classes with one tag, or a `timeout` that is
+ * not a finite duration greater than zero.
  * `messages` registers classes that may be received but have no handler here (they are decoded,
  * then reported as having no handler rather than as an unknown type).
  *
@@ -200,18 +220,27 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
           message: `Handler ${name} is idempotent but no IdempotencyStore is provided to the handlers layer`
         })
       }
+      const timeout = h.timeout === undefined ? undefined : Durations.positiveFinite(h.timeout)
+      if (timeout !== undefined && Option.isNone(timeout)) {
+        return yield* new OutboxConfigError({
+          message: `Handler ${name} option timeout must be a finite duration greater than zero, got ${
+            Durations.show(h.timeout)
+          }`
+        })
+      }
       const call = (message: Tagged, envelope: Envelope) =>
-        h.handle(message, envelope as Envelope<any>) as Effect.Effect<void, unknown, Handler.Context<Hs[number]>>
+        h.handle(message, envelope as Envelope<any>) as Effect.Effect<unknown, unknown, Handler.Context<Hs[number]>>
       const run = (consumer === undefined
         ? (message: Tagged, envelope: Envelope) => Effect.suspend(() => call(message, envelope))
         : (message: Tagged, envelope: Envelope) =>
-          Effect.asVoid(IdempotencyStore.once(envelope, consumer, Effect.suspend(() => call(message, envelope))))) as (
+          IdempotencyStore.once(envelope, consumer, Effect.suspend(() => call(message, envelope)))) as (
           message: Tagged,
           envelope: Envelope
-        ) => Effect.Effect<void, unknown>
+        ) => Effect.Effect<unknown, unknown>
       list.push({
         name,
         fromTransport: h.fromTransport,
+        timeout: timeout === undefined ? undefined : timeout.value,
         run
       })
       byType.set(tag, list)

@@ -36,6 +36,40 @@ export interface DispatchOptions {
 }
 
 /**
+ * What `dispatch` accepts, as far as the compiler can tell: a `Schema.TaggedClass` instance. Its type carries no
+ * brand (it is its fields), but its `_tag` is `readonly` and a plain object literal's is not, so
+ * `Outbox.dispatch({ _tag: "OrderPaid", orderId: 1 })` does not compile. What passes (a value declared with a
+ * readonly `_tag`, `as const`, or from JavaScript) is still checked at run time: a value that is not an instance
+ * of a schema class fails with `MessageEncodeError`. A generic helper takes `MessageInstance<M>` to hand its
+ * parameter on: `<M extends Message.Tagged>(message: Outbox.MessageInstance<M>) => Outbox.dispatch(message)`.
+ *
+ * @example
+ * ```ts
+ * Outbox.dispatch(new OrderPaid({ orderId: 1, amountCents: 1200 })) // compiles
+ * Outbox.dispatch({ _tag: "OrderPaid", orderId: 1, amountCents: 1200 }) // does not
+ * ```
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type MessageInstance<A extends Message.Tagged> =
+  & A
+  & ([PlainObjects<A>] extends [never] ? unknown : NotAnInstance)
+
+/** The members of `A` whose `_tag` is writable: plain objects, never schema class instances. */
+type PlainObjects<A> = A extends unknown ? WritableTag<A> extends true ? A : never : never
+
+/** Whether `A`'s `_tag` is writable: identity, not assignability, tells it (`readonly` does not change the latter). */
+type WritableTag<A> = A extends { readonly _tag: infer Tag } ? Identical<Pick<A, "_tag">, { _tag: Tag }> : false
+
+type Identical<X, Y> = (<T>() => T extends X ? 1 : 2) extends (<T>() => T extends Y ? 1 : 2) ? true : false
+
+/** The compile error of a plain object given to `dispatch`: this property is missing from it. */
+interface NotAnInstance {
+  readonly "Outbox.dispatch takes an instance of a Schema.TaggedClass, not a plain object": never
+}
+
+/**
  * Errors of dispatch.
  *
  * @since 0.1.0
@@ -51,15 +85,16 @@ export interface OutboxShape {
   /**
    * Encodes the message with its schema, assigns a UUIDv7 id, applies routing and stores it through
    * the transport on the caller's connection — inside the caller's `sql.withTransaction` when there is
-   * one, so the message exists if and only if the transaction commits.
+   * one, so the message exists if and only if the transaction commits. `message` must be a `Schema.TaggedClass`
+   * instance (see `MessageInstance`).
    */
   readonly dispatch: <A extends Message.Tagged>(
-    message: A,
+    message: MessageInstance<A>,
     options?: DispatchOptions
   ) => Effect.Effect<MessageId.MessageId, DispatchError>
   /** Dispatches several messages with one write per transport. Ids are in input order. */
-  readonly dispatchAll: (
-    messages: ReadonlyArray<Message.Tagged>,
+  readonly dispatchAll: <A extends Message.Tagged>(
+    messages: ReadonlyArray<MessageInstance<A>>,
     options?: DispatchOptions
   ) => Effect.Effect<ReadonlyArray<MessageId.MessageId>, DispatchError>
 }
@@ -137,7 +172,7 @@ export const layer = (routing: Routing.Routing = {}): Layer.Layer<Outbox, never,
  * @category accessors
  */
 export const dispatch = <A extends Message.Tagged>(
-  message: A,
+  message: MessageInstance<A>,
   options?: DispatchOptions
 ): Effect.Effect<MessageId.MessageId, DispatchError, Outbox> =>
   Effect.flatMap(Outbox, (outbox) => outbox.dispatch(message, options))

@@ -1,0 +1,243 @@
+/**
+ * The handler timeout on the in-memory layers, driven by TestClock: a handler that never finishes is interrupted
+ * once its timeout (the worker's `handlerTimeout`, 15 minutes by default, or the handler's own `timeout`) has
+ * passed, and its message is retried by the retry strategy with a `HandlerTimeoutError` — or goes to the failure
+ * queue when the strategy gives up. A shutdown still releases the message it interrupts.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
+import { HandlerTimeoutError } from "../../src/domain/Errors.js"
+import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
+import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
+import * as Worker from "../../src/programs/worker/Worker.js"
+import * as Handlers from "../../src/services/Handlers.js"
+import * as Outbox from "../../src/services/Outbox.js"
+import { OrderPaid } from "../support/messages.js"
+
+const stack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(
+  handlers: Hs,
+  retry: ScheduleRetryStrategy.Options = {}
+) =>
+  Layer.mergeAll(Outbox.layer(), Handlers.layer(handlers), ScheduleRetryStrategy.layer(retry)).pipe(
+    Layer.provideMerge(MemoryTransport.layer())
+  )
+
+/** A handler that signals its start, then never finishes; `interrupted` is set when it is interrupted. */
+const hanging = () => {
+  const started = Deferred.unsafeMake<void>(undefined as never)
+  const state = { calls: 0, interrupted: 0 }
+  const handle = () =>
+    Effect.zipRight(
+      Effect.sync(() => state.calls++),
+      Effect.zipRight(Deferred.succeed(started, undefined), Effect.never)
+    ).pipe(Effect.onInterrupt(() => Effect.sync(() => state.interrupted++)))
+  return { started, state, handle }
+}
+
+/** Waits until a fiber sleeps until `at` (ms on the TestClock): then `TestClock.adjust` past it wakes it. */
+const sleepingUntil = (at: number) =>
+  Effect.gen(function*() {
+    while (!Chunk.some(yield* TestClock.sleeps(), (instant) => instant === at)) yield* Effect.yieldNow()
+  })
+
+const run = (options: Partial<Worker.WorkerOptions> = {}) =>
+  Worker.run({ transports: ["outbox"], stopWhenEmpty: true, ...options })
+
+const redeliveries = (headers: string) =>
+  JSON.parse(headers).redeliveries as ReadonlyArray<{ errorTag: string; errorMessage: string }>
+
+describe("handler timeout", () => {
+  it.effect("interrupts a handler that never finishes after 15 minutes and retries its message", () =>
+    Effect.gen(function*() {
+      const hang = hanging()
+      const events: Array<Worker.WorkerEvent> = []
+      yield* Effect.gen(function*() {
+        const id = yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run({ onEvent: (event) => Effect.sync(() => void events.push(event)) }))
+        yield* Deferred.await(hang.started)
+        yield* sleepingUntil(Duration.toMillis("15 minutes"))
+        yield* TestClock.adjust(Duration.millis(Duration.toMillis("15 minutes") - 1))
+        expect(Option.isNone(yield* Fiber.poll(worker))).toBe(true)
+        expect(hang.state.interrupted).toBe(0)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 0, retried: 1, failed: 0 })
+        expect(hang.state).toEqual({ calls: 1, interrupted: 1 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        const [row] = yield* memory.messagesOf("outbox")
+        expect(row!.messageId).toBe(id)
+        expect(redeliveries(row!.headers)).toMatchObject([{
+          errorTag: "HandlerTimeoutError",
+          errorMessage: "Handler OrderPaid did not finish within 15m"
+        }])
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, hang.handle)])))
+      expect(events).toMatchObject([{ _tag: "Retried", attempt: 1, error: { tag: "HandlerTimeoutError" } }])
+    }))
+
+  it.effect("sends the message to the failure queue when the strategy does not retry", () =>
+    Effect.gen(function*() {
+      const hang = hanging()
+      yield* Effect.gen(function*() {
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run({ handlerTimeout: "2 seconds" }))
+        yield* Deferred.await(hang.started)
+        yield* sleepingUntil(2_000)
+        yield* TestClock.adjust("2 seconds")
+        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 0, retried: 0, failed: 1 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        expect(yield* memory.messagesOf("outbox")).toEqual([])
+        const [failed] = yield* memory.messagesOf("failed")
+        expect(JSON.parse(failed!.headers).errorDetails).toMatchObject({
+          tag: "HandlerTimeoutError",
+          message: "Handler OrderPaid did not finish within 2s"
+        })
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, hang.handle)], { default: { maxRetries: 0 } })))
+    }))
+
+  it.effect("lets a handler's own timeout override the worker's: a longer one", () =>
+    Effect.gen(function*() {
+      const slow = hanging()
+      yield* Effect.gen(function*() {
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run({ handlerTimeout: "1 minute" }))
+        yield* Deferred.await(slow.started)
+        yield* sleepingUntil(3_600_000)
+        yield* TestClock.adjust("59 minutes")
+        expect(Option.isNone(yield* Fiber.poll(worker))).toBe(true)
+        expect(slow.state.interrupted).toBe(0)
+        yield* TestClock.adjust("1 minute")
+        expect(yield* Fiber.join(worker)).toMatchObject({ retried: 1 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        const [row] = yield* memory.messagesOf("outbox")
+        expect(redeliveries(row!.headers)).toMatchObject([{
+          errorTag: "HandlerTimeoutError",
+          errorMessage: "Handler slow did not finish within 1h"
+        }])
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, slow.handle, { name: "slow", timeout: "1 hour" })])))
+    }))
+
+  it.effect("lets a handler's own timeout override the worker's: a shorter one", () =>
+    Effect.gen(function*() {
+      const quick = hanging()
+      yield* Effect.gen(function*() {
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run())
+        yield* Deferred.await(quick.started)
+        yield* sleepingUntil(5_000)
+        yield* TestClock.adjust("5 seconds")
+        expect(yield* Fiber.join(worker)).toMatchObject({ retried: 1 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        const [row] = yield* memory.messagesOf("outbox")
+        expect(redeliveries(row!.headers)).toMatchObject([{
+          errorMessage: "Handler OrderPaid did not finish within 5s"
+        }])
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, quick.handle, { timeout: Duration.seconds(5) })])))
+    }))
+
+  it.effect("retries only what timed out among several handlers: the others' success is kept", () =>
+    Effect.gen(function*() {
+      const hang = hanging()
+      let fast = 0
+      yield* Effect.gen(function*() {
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run())
+        yield* Deferred.await(hang.started)
+        yield* sleepingUntil(10_000)
+        yield* TestClock.adjust("10 seconds")
+        expect(yield* Fiber.join(worker)).toMatchObject({ retried: 1 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        const [row] = yield* memory.messagesOf("outbox")
+        const headers = JSON.parse(row!.headers)
+        expect(headers.handledBy).toEqual(["fast"])
+        expect(headers.redeliveries).toMatchObject([{ errorMessage: "Handler slow did not finish within 10s" }])
+        expect(fast).toBe(1)
+      }).pipe(Effect.provide(stack([
+        Handlers.handler(OrderPaid, () => Effect.sync(() => fast++), { name: "fast" }),
+        Handlers.handler(OrderPaid, hang.handle, { name: "slow", timeout: "10 seconds" })
+      ])))
+    }))
+
+  it.effect("acks a handler that finishes within its timeout", () =>
+    Effect.gen(function*() {
+      yield* Effect.gen(function*() {
+        yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run({ handlerTimeout: "1 minute" }))
+        yield* sleepingUntil(1_000)
+        yield* TestClock.adjust("1 second")
+        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 1, retried: 0, failed: 0 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        expect(yield* memory.messages).toEqual([])
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, () => Effect.sleep("1 second"))])))
+    }))
+
+  it.effect("a shutdown is not a timeout: the interrupted handler's message is released, not retried", () =>
+    Effect.gen(function*() {
+      const hang = hanging()
+      yield* Effect.gen(function*() {
+        const id = yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
+        const worker = yield* Effect.fork(run({ shutdownTimeout: "1 second" }))
+        yield* Deferred.await(hang.started)
+        yield* sleepingUntil(Duration.toMillis("15 minutes"))
+        const stopping = yield* Effect.fork(Fiber.interrupt(worker))
+        yield* sleepingUntil(1_000)
+        yield* TestClock.adjust("1 second")
+        yield* Fiber.join(stopping)
+        expect(hang.state.interrupted).toBe(1)
+        const memory = yield* MemoryTransport.MemoryTransport
+        const [row] = yield* memory.messagesOf("outbox")
+        expect(row!.messageId).toBe(id)
+        expect(JSON.parse(row!.headers).redeliveries).toBeUndefined()
+        expect(yield* memory.messagesOf("failed")).toEqual([])
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, hang.handle)])))
+    }))
+})
+
+describe("handler timeout options", () => {
+  const handlers = stack([Handlers.handler(OrderPaid, () => Effect.void)])
+
+  it.effect("reject a worker handlerTimeout that is not a finite duration greater than zero", () =>
+    Effect.gen(function*() {
+      for (
+        const [value, shown] of [
+          [Infinity, "Infinity"],
+          [0, "0"],
+          [-1, "-1"],
+          [NaN, "NaN"],
+          ["0 seconds", "\"0 seconds\""],
+          [Duration.infinity, "Infinity"],
+          ["soon", "\"soon\""],
+          [-5n, "-5"]
+        ] as ReadonlyArray<readonly [unknown, string]>
+      ) {
+        // Cast: JavaScript callers and configuration can pass anything.
+        const error = yield* Effect.flip(run({ handlerTimeout: value as Duration.DurationInput }))
+        expect(error._tag, String(value)).toBe("OutboxConfigError")
+        expect(error.message).toBe(
+          `Worker option handlerTimeout must be a finite duration greater than zero, got ${shown}`
+        )
+      }
+      expect(yield* run({ handlerTimeout: 50 })).toMatchObject({ stoppedBy: "empty" })
+      expect(yield* run({ handlerTimeout: "15 minutes" })).toMatchObject({ stoppedBy: "empty" })
+    }).pipe(Effect.provide(handlers)))
+
+  it.effect("reject a handler timeout that is not a finite duration greater than zero", () =>
+    Effect.gen(function*() {
+      for (const value of [Infinity, 0, -1, NaN, "0 millis", Duration.infinity, "soon"] as ReadonlyArray<unknown>) {
+        const timeout = value as Duration.DurationInput
+        const error = yield* Effect.flip(Handlers.make([Handlers.handler(OrderPaid, () => Effect.void, { timeout })]))
+        expect(error._tag, String(value)).toBe("OutboxConfigError")
+        expect(error.message).toContain("Handler OrderPaid option timeout must be a finite duration greater than zero")
+      }
+    }))
+
+  it("describe the timeout in the error", () => {
+    const error = new HandlerTimeoutError({ handler: "invoices", timeoutMs: 900_000, message: "m" })
+    expect(error).toMatchObject({ _tag: "HandlerTimeoutError", handler: "invoices", timeoutMs: 900_000 })
+  })
+})
