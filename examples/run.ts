@@ -6,7 +6,6 @@
  *    invoice per paid order, and the negative one in the failure queue.
  * 2. `worker-only`: pays more orders in a script (the same `pay` transaction), runs `consume outbox --limit N`
  *    and checks its exit code and the invoices.
- * 3. `packed-app-check.ts`: the packed tarball compiles the examples in a fresh strict app.
  *
  * Exits non-zero with a message on the first broken expectation.
  */
