@@ -15,7 +15,8 @@ const unit = [
   "test/idempotency-memory.test.ts",
   "test/transport-router.test.ts",
   "test/outcome.test.ts",
-  "test/unit/**/*.test.ts"
+  "test/unit/**/*.test.ts",
+  "examples/**/*.test.ts"
 ]
 
 export default defineConfig({

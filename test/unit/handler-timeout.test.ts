@@ -89,7 +89,11 @@ describe("handler timeout", () => {
           errorMessage: "Handler OrderPaid did not finish within 15m"
         }])
       }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, hang.handle)])))
-      expect(events).toMatchObject([{ _tag: "Retried", attempt: 1, error: { tag: "HandlerTimeoutError" } }])
+      expect(events).toMatchObject([
+        { _tag: "Started" },
+        { _tag: "Retried", attempt: 1, error: { tag: "HandlerTimeoutError" } },
+        { _tag: "Stopped" }
+      ])
     }))
 
   it.effect("sends the message to the failure queue when the strategy does not retry", () =>
