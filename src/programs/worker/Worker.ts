@@ -19,7 +19,6 @@ import { RetryStrategy } from "../../services/RetryStrategy.js"
 import { Transport } from "../../services/Transport.js"
 import * as IdempotencyPurge from "../IdempotencyPurge.js"
 import * as Acks from "./acks.js"
-import * as Handle from "./handle.js"
 import * as Heartbeat from "./heartbeat.js"
 import * as Limits from "./limits.js"
 import * as Loop from "./loop.js"
@@ -38,9 +37,6 @@ export {
   type WorkerSummary
 } from "./model.js"
 
-/** A handler's run is bounded by default (pg-boss expires a job after 15 minutes too). */
-const defaultHandlerTimeout = Duration.minutes(15)
-
 /** The loop restarts after a storage failure: quickly at first, then every 10 seconds. */
 const restartSchedule = Schedule.exponential("100 millis").pipe(
   Schedule.union(Schedule.spaced("10 seconds")),
@@ -53,9 +49,7 @@ const restartSchedule = Schedule.exponential("100 millis").pipe(
  * are retried for `settleTimeout` (a minute), so a database restart loses and repeats nothing; a write that gives
  * up leaves its messages to their lease (they are no longer renewed) and they come back. Interrupted (SIGTERM/SIGINT
  * under `NodeRuntime.runMain`), it lets in-flight handlers finish within `shutdownTimeout`, records their
- * outcomes, and releases the messages it claimed but did not start. A handler that runs longer than its timeout
- * (`handlerTimeout`, 15 minutes by default, or the handler's own `timeout`) is interrupted and its message retried
- * with a `HandlerTimeoutError`.
+ * outcomes, and releases the messages it claimed but did not start.
  *
  * It fails — and does not spin — when an option is invalid (`OutboxConfigError`: `batchSize: NaN`, a negative
  * duration), a transport name is unknown (`UnknownTransportError`, at once) or the
@@ -99,12 +93,11 @@ export const run = (
       rideOnClaims,
       Duration.decode(options.settleTimeout ?? "1 minute")
     )
-    const handlerTimeout = Duration.decode(options.handlerTimeout ?? defaultHandlerTimeout)
     const state: RunState = {
       options: onEvent === undefined ? options : { ...options, onEvent },
       transport,
       session,
-      registry: Handle.withTimeouts(registry, handlerTimeout),
+      registry,
       strategy,
       acks,
       limits: Limits.make(options, yield* Clock.currentTimeMillis),

@@ -5,13 +5,12 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Envelope, ReceivedMessage } from "../../domain/Envelope.js"
-import { HandlerTimeoutError, MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
+import { MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import * as Message from "../../domain/Message.js"
 import type { MessageId } from "../../domain/MessageId.js"
@@ -19,45 +18,6 @@ import * as Outcome from "../../domain/Outcome.js"
 import { cut, maxNameLength } from "../../internal/text.js"
 import type { HandlersShape, RegisteredHandler } from "../../services/Handlers.js"
 import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
-
-/**
- * The registry with every handler's run bounded by its timeout: its own `timeout`, else `defaultTimeout`. A run
- * that exceeds it is interrupted and fails with `HandlerTimeoutError` — a failure like any other, which the retry
- * strategy judges (an interruption from outside, a shutdown, stays an interruption: the message is released).
- * The timeout sleeps on the fiber's `Clock`, so `TestClock` drives it. Each list of handlers is bounded once.
- *
- * @internal
- */
-export const withTimeouts = (registry: HandlersShape, defaultTimeout: Duration.Duration): HandlersShape => {
-  const bounded = new WeakMap<ReadonlyArray<RegisteredHandler>, ReadonlyArray<RegisteredHandler>>()
-  return {
-    ...registry,
-    handlersFor: (type, transport) => {
-      const handlers = registry.handlersFor(type, transport)
-      let found = bounded.get(handlers)
-      if (found === undefined) {
-        found = handlers.map((h) => withTimeout(h, h.timeout ?? defaultTimeout))
-        bounded.set(handlers, found)
-      }
-      return found
-    }
-  }
-}
-
-const withTimeout = (h: RegisteredHandler, timeout: Duration.Duration): RegisteredHandler => {
-  const name = cut(h.name, maxNameLength)
-  const options = {
-    duration: timeout,
-    onTimeout: () =>
-      new HandlerTimeoutError({
-        handler: name,
-        timeoutMs: Duration.toMillis(timeout),
-        message: `Handler ${name} did not finish within ${Duration.format(timeout)}`
-      })
-  }
-  const run = h.run
-  return { ...h, run: (message, envelope) => Effect.timeoutFail(run(message, envelope), options) }
-}
 
 type Decoded = {
   readonly envelope: Envelope
