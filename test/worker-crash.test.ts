@@ -88,7 +88,8 @@ describe("crash recovery", () => {
     () =>
       withPg(Effect.gen(function*() {
         const table = uniqueTable("heartbeat")
-        const lease = 600
+        // Renewed every third of the lease: a renewal must be a whole lease late to lose it (a busy machine stalls).
+        const lease = 1200
         let calls = 0
         const stack = outboxStack({
           table,
@@ -96,7 +97,7 @@ describe("crash recovery", () => {
           handlers: [Handlers.handler(OrderPaid, () =>
             Effect.sync(() =>
               calls++
-            ).pipe(Effect.zipRight(Effect.sleep(Duration.millis(lease * 4)))))]
+            ).pipe(Effect.zipRight(Effect.sleep(Duration.millis(lease * 3)))))]
         })
         yield* Effect.gen(function*() {
           yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }))
@@ -106,7 +107,7 @@ describe("crash recovery", () => {
           )
           // A second worker polls all along; it must never get either message (the second one waits in the batch).
           const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
-            Effect.timeout(Duration.millis(lease * 7)),
+            Effect.timeout(Duration.millis(lease * 6)),
             Effect.option
           )
           expect(rival._tag).toBe("None")
