@@ -214,6 +214,8 @@ interface MemoryResult {
   readonly growth: Summary
   readonly heapFirst: Summary
   readonly heapTotal: Summary
+  /** V8's young generation (new space) reserved at the end. */
+  readonly newSpace: Summary
   readonly seconds: Summary
   /** The samples of the median-growth round, for the curve. */
   readonly curve: ReadonlyArray<{ readonly handled: number; readonly rss: number }>
@@ -366,13 +368,22 @@ interface Sample {
   readonly handled: number
   readonly rss: number
   readonly heapUsed: number
+  /** V8's heap spaces (`v8.getHeapSpaceStatistics`): space name → bytes reserved. */
+  readonly spaces?: Readonly<Record<string, number>>
 }
 
-const runMemoryChild = (contender: string, url: string, total: number, samples: ReadonlyArray<number>) =>
+const runMemoryChild = (
+  contender: string,
+  url: string,
+  total: number,
+  samples: ReadonlyArray<number>,
+  flags: ReadonlyArray<string>
+) =>
   new Promise<{ readonly samples: Array<Sample>; readonly seconds: number }>((resolve, reject) => {
     const script = path.join(root, "bench", "memory-worker.ts")
     const child = spawn(process.execPath, [
       "--expose-gc",
+      ...flags,
       ...tsNodeArgs(),
       script,
       contender,
@@ -407,8 +418,24 @@ const runMemoryChild = (contender: string, url: string, total: number, samples: 
   })
 
 const memoryContenders = [
-  { id: "ours", label: "effect-outbox, batching on", seed: Ours.seed, setup: Ours.setup },
-  { id: "graphile-fast", label: "graphile-worker, fast settings", seed: Graphile.seed, setup: Graphile.setup }
+  { id: "ours", worker: "ours", label: "effect-outbox, batching on", flags: [], seed: Ours.seed, setup: Ours.setup },
+  // Node 20's young generation on a current Node.js: what the RSS growth of the runs above is made of.
+  {
+    id: "ours-semi-space-16",
+    worker: "ours",
+    label: "effect-outbox, batching on, `--max-semi-space-size=16`",
+    flags: ["--max-semi-space-size=16"],
+    seed: Ours.seed,
+    setup: Ours.setup
+  },
+  {
+    id: "graphile-fast",
+    worker: "graphile-fast",
+    label: "graphile-worker, fast settings",
+    flags: [],
+    seed: Graphile.seed,
+    setup: Graphile.setup
+  }
 ] as const
 
 const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResult>> => {
@@ -435,7 +462,7 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
         await c.seed(db.url, 1, o.memoryTotal)
         await settle(db.url)
         const run = await withDeadline(
-          runMemoryChild(c.id, db.url, o.memoryTotal, points),
+          runMemoryChild(c.worker, db.url, o.memoryTotal, points, c.flags),
           15 * 60_000,
           `memory run of ${c.id}`
         )
@@ -467,6 +494,7 @@ const runMemory = async (cluster: Cluster, o: Options): Promise<Array<MemoryResu
       growth: summarize(rounds.map(growthOf)),
       heapFirst: summarize(rounds.map((r) => at(r, o.memoryFirst)?.heapUsed ?? Number.NaN)),
       heapTotal: summarize(rounds.map((r) => at(r, o.memoryTotal)?.heapUsed ?? Number.NaN)),
+      newSpace: summarize(rounds.map((r) => at(r, o.memoryTotal)?.spaces?.["new_space"] ?? Number.NaN)),
       seconds: summarize(rounds.map((r) => r.seconds)),
       curve: medianRound.samples.map((s) => ({ handled: s.handled, rss: s.rss }))
     })
@@ -682,6 +710,7 @@ const memoryTable = (results: ReadonlyArray<MemoryResult>): string => {
       "growth (median)",
       "growth min – max",
       `heap after ${first.toLocaleString("en-US")} → ${total.toLocaleString("en-US")}`,
+      "young generation at end",
       "ours ÷ this (RSS at end)"
     ],
     results.map((r) => [
@@ -691,9 +720,10 @@ const memoryTable = (results: ReadonlyArray<MemoryResult>): string => {
       signedMb(r.growth.median),
       spread(r.growth, signedMb),
       `${mb(r.heapFirst.median)} → ${mb(r.heapTotal.median)}`,
+      mb(r.newSpace.median),
       ours === undefined || r === ours ? "" : ratio(ours.rssTotal.median / r.rssTotal.median)
     ]),
-    ["l", "r", "r", "r", "r", "r", "r"]
+    ["l", "r", "r", "r", "r", "r", "r", "r"]
   )
 }
 

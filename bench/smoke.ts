@@ -121,7 +121,7 @@ const checkResult = (result: BenchJson, stdout: string) => {
     check(r.without.median > 0, `dispatch ${r.id}: without ${r.without.median}, expected > 0`)
   }
 
-  sameIds(result.memory, ["graphile-fast", "ours"], "memory")
+  sameIds(result.memory, ["graphile-fast", "ours", "ours-semi-space-16"], "memory")
   for (const r of result.memory) {
     check(r.rssFirst.median > 0, `memory ${r.id}: first RSS ${r.rssFirst.median}, expected > 0`)
     check(r.rssTotal.median > 0, `memory ${r.id}: total RSS ${r.rssTotal.median}, expected > 0`)

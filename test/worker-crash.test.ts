@@ -88,15 +88,19 @@ describe("crash recovery", () => {
     () =>
       withPg(Effect.gen(function*() {
         const table = uniqueTable("heartbeat")
-        const lease = 600
+        // Renewed every third of the lease: a renewal must be a whole lease late to lose it (a busy machine stalls).
+        const lease = 1200
         let calls = 0
+        // The slow worker has claimed the batch (both messages) once its first handler runs.
+        const claimed = yield* Deferred.make<void>()
         const stack = outboxStack({
           table,
           transports: { outbox: { redeliverTimeout: Duration.millis(lease) } },
           handlers: [Handlers.handler(OrderPaid, () =>
-            Effect.sync(() =>
-              calls++
-            ).pipe(Effect.zipRight(Effect.sleep(Duration.millis(lease * 4)))))]
+            Effect.sync(() => calls++).pipe(
+              Effect.zipRight(Deferred.succeed(claimed, undefined)),
+              Effect.zipRight(Effect.sleep(Duration.millis(lease * 3)))
+            ))]
         })
         yield* Effect.gen(function*() {
           yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }))
@@ -104,9 +108,10 @@ describe("crash recovery", () => {
           const slow = yield* Effect.forkScoped(
             Worker.run({ transports: ["outbox"], batchSize: 2, stopWhenEmpty: true })
           )
+          yield* Deferred.await(claimed)
           // A second worker polls all along; it must never get either message (the second one waits in the batch).
           const rival = yield* Worker.run({ transports: ["outbox"], sleep: "50 millis", limit: 1 }).pipe(
-            Effect.timeout(Duration.millis(lease * 7)),
+            Effect.timeout(Duration.millis(lease * 6)),
             Effect.option
           )
           expect(rival._tag).toBe("None")
