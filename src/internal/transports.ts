@@ -63,6 +63,15 @@ export const positiveDuration = (
     : Effect.fail(new OutboxConfigError({ message: `${what} must be a positive, finite duration` }))
 }
 
+/** What a transport that stores nothing it can lease, browse or count declares (a broker, the sync transport). @internal */
+export const noCapabilities: Capabilities = {
+  leases: false,
+  browsing: false,
+  countsDeliveries: false,
+  stableIds: false,
+  ackWithClaim: false
+}
+
 /**
  * What a backend that stores messages as rows does (PostgreSQL, and the in-memory transport that mirrors it):
  * everything a transport can.

@@ -53,7 +53,7 @@ import * as Identifier from "../domain/Identifier.js"
 import type * as Outcome from "../domain/Outcome.js"
 import { SyncHandlingError } from "../domain/SyncErrors.js"
 import { describeError } from "../internal/describeError.js"
-import { unknownTransport } from "../internal/transports.js"
+import { noCapabilities, unknownTransport } from "../internal/transports.js"
 import * as Handle from "../programs/worker/handle.js"
 import { Handlers, type HandlersShape } from "../services/Handlers.js"
 import type { RetryStrategyShape } from "../services/RetryStrategy.js"
@@ -85,13 +85,7 @@ export interface Options {
  * @since 0.1.0
  * @category constants
  */
-export const capabilities: Capabilities = {
-  leases: false,
-  browsing: false,
-  countsDeliveries: false,
-  stableIds: false,
-  ackWithClaim: false
-}
+export const capabilities: Capabilities = noCapabilities
 
 /** The rules' question is always answered "give up": a sync failure goes back to the caller, never to a retry. */
 const neverRetry: RetryStrategyShape = { delayFor: () => Effect.succeed(Option.none()) }

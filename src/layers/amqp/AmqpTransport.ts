@@ -45,7 +45,7 @@ import type * as Scope from "effect/Scope"
 import { OutboxConfigError, type TransportError, type UnknownTransportError } from "../../domain/Errors.js"
 import * as Identifier from "../../domain/Identifier.js"
 import { mapConfigError } from "../../internal/configError.js"
-import { checkKnown, positiveDuration, unknownTransport } from "../../internal/transports.js"
+import { checkKnown, noCapabilities, positiveDuration, unknownTransport } from "../../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
 import * as Admin from "./admin.js"
@@ -164,13 +164,7 @@ export const headersHeader: string = headersHeaderName
  * @since 0.1.0
  * @category constants
  */
-export const capabilities: Capabilities = {
-  leases: false,
-  browsing: false,
-  countsDeliveries: false,
-  stableIds: false,
-  ackWithClaim: false
-}
+export const capabilities: Capabilities = noCapabilities
 
 /**
  * Builds the transport in a scope: the connection is opened on first use and closed with the scope, after
