@@ -7,7 +7,6 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as HashMap from "effect/HashMap"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as Queue from "effect/Queue"
@@ -203,37 +202,5 @@ describe("a worker driven by TestClock", () => {
           durationMs: 10_000
         })
       }).pipe(Effect.provide(memoryStack([Handlers.handler(OrderPaid, () => Effect.void)])))
-    }))
-
-  it.effect("a handler's log lines carry the message id, type, transport, attempt and handler name", () =>
-    Effect.gen(function*() {
-      const lines: Array<Record<string, unknown>> = []
-      const recorder = Logger.make(({ annotations, message }) => {
-        if (String(message).startsWith("issuing")) lines.push(Object.fromEntries(HashMap.toEntries(annotations)))
-      })
-      let calls = 0
-      yield* Effect.gen(function*() {
-        const { fiber, next } = yield* forkWorker()
-        const id = yield* Outbox.dispatch(new OrderPaid({ orderId: 3, amount: 5 }))
-        const retried = yield* next("Retried")
-        yield* TestClock.adjust(retried.delayMs)
-        yield* next("Handled")
-        yield* Fiber.interrupt(fiber)
-        const common = { messageId: id, messageType: "OrderPaid", transport: "outbox", handler: "invoices" }
-        expect(lines).toEqual([{ ...common, attempt: 1, worker: "effect-outbox" }, {
-          ...common,
-          attempt: 2,
-          worker: "effect-outbox"
-        }])
-      }).pipe(
-        Effect.provide(memoryStack([
-          Handlers.handler(
-            OrderPaid,
-            () => Effect.zipRight(Effect.logInfo("issuing"), ++calls === 1 ? Effect.fail("once") : Effect.void),
-            { name: "invoices" }
-          )
-        ])),
-        Effect.provide(Logger.replace(Logger.defaultLogger, recorder))
-      )
     }))
 })

@@ -122,19 +122,6 @@ const settle = (
   )
 }
 
-/**
- * A handler's run, its log lines annotated with what it handles: a supervisor's log says which message a line is
- * about without the handler saying it.
- */
-const runAnnotated = (h: RegisteredHandler, envelope: Envelope): Effect.Effect<unknown, unknown> =>
-  Effect.annotateLogs(h.run(envelope.message, envelope), {
-    messageId: envelope.messageId,
-    messageType: envelope.headers.type,
-    transport: envelope.transport,
-    attempt: Headers.retryCount(envelope.headers) + 1,
-    handler: h.name
-  })
-
 const runHandlers = (
   envelope: Envelope,
   handlers: ReadonlyArray<RegisteredHandler>,
@@ -142,7 +129,7 @@ const runHandlers = (
 ): Effect.Effect<Outcome.Outcome> => {
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-    return Effect.matchCauseEffect(runAnnotated(handlers[0]!, envelope), {
+    return Effect.matchCauseEffect(handlers[0]!.run(envelope.message, envelope), {
       onSuccess: () =>
         Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
       onFailure: (cause) =>
@@ -157,7 +144,7 @@ const runHandlers = (
     const causes: Array<Cause.Cause<unknown>> = []
     for (const h of handlers) {
       if (done.has(h.name)) continue
-      const exit = yield* Effect.exit(runAnnotated(h, envelope))
+      const exit = yield* Effect.exit(h.run(envelope.message, envelope))
       if (Exit.isSuccess(exit)) handledBy.push(h.name)
       else if (Cause.isInterruptedOnly(exit.cause)) return Outcome.release
       else causes.push(exit.cause)
