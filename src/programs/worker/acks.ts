@@ -58,7 +58,7 @@ export interface Acks {
   readonly pending: Queue.Queue<void>
   /** Write every queued ack now (set by `flushNow`, read by the writer). */
   urgent: boolean
-  /** Resumes the writer while it waits out the ack interval (`flushNow`, or the running batch ended). */
+  /** Resumes the writer while it waits out the ack interval (`flushNow`, when acks do not ride on claims). */
   interruptWait: (() => void) | undefined
   /** Acks ride on the next claim: the writer is only needed for long batches and idle queues. */
   readonly rideOnClaims: boolean
@@ -166,8 +166,8 @@ export const batchStarted = (acks: Acks, size: number): () => void => {
   wakeWriter(acks)
   return () => {
     acks.batchRunning = false
-    // A writer waiting for this batch's interval goes back to sleep: the batch's acks ride on the next claim.
-    acks.interruptWait?.()
+    // The writer, if it waits for this batch's interval, finds the batch over when it wakes: its acks ride on the
+    // next claim.
   }
 }
 
@@ -186,7 +186,7 @@ const wakeWriter = (acks: Acks): void => {
   acks.pending.unsafeOffer(undefined)
 }
 
-/** Woken early by `interruptWait`: `flushNow`, or the end of the batch the writer waits for. */
+/** Woken early by `interruptWait` (`flushNow`). */
 const wokenEarly = (acks: Acks): Effect.Effect<boolean> =>
   Effect.async<boolean>((resume) => {
     acks.interruptWait = () => {
@@ -198,11 +198,17 @@ const wokenEarly = (acks: Acks): Effect.Effect<boolean> =>
     })
   })
 
-/** Waits `ms` on the clock, or less when woken early; resolves with whether it was. */
-const waitOrWoken = (acks: Acks, ms: number): Effect.Effect<boolean> =>
-  acks.urgent
-    ? Effect.succeed(true)
-    : Effect.raceFirst(Effect.as(acks.clock.sleep(Duration.millis(ms)), false), wokenEarly(acks))
+/**
+ * Waits `ms` on the clock; without acks riding on claims, less when `flushNow` wakes it. With them nothing needs
+ * waking (`flushNow` does nothing) and a plain sleep is what a batch costs: racing a wake-up would fork two fibers
+ * for every batch.
+ */
+const waitOrWoken = (acks: Acks, ms: number): Effect.Effect<void> =>
+  acks.rideOnClaims
+    ? acks.clock.sleep(Duration.millis(ms))
+    : acks.urgent
+    ? Effect.void
+    : Effect.raceFirst(acks.clock.sleep(Duration.millis(ms)), Effect.asVoid(wokenEarly(acks)))
 
 /**
  * Writes the queued acks (of every transport, or of those whose oldest ack waited the interval), one statement
@@ -249,18 +255,22 @@ export const writer = (acks: Acks, transport: TransportShape) =>
         if (oldest === undefined && batchDue === undefined) break
         const due = Math.min(oldest === undefined ? Infinity : oldest + ackIntervalMs, batchDue ?? Infinity)
         const wait = due - acks.clock.unsafeCurrentTimeMillis()
-        const woken = wait > 0 ? yield* waitOrWoken(acks, wait) : acks.urgent
+        if (wait > 0) {
+          yield* waitOrWoken(acks, wait)
+          // Look again: the batch may have ended, its acks ridden on the next claim, another batch begun.
+          if (!acks.urgent) continue
+        }
         const urgent = acks.urgent
         acks.urgent = false
-        // Woken by the end of the batch it waited for, with nothing urgent: its acks ride on the next claim.
-        if (woken && !urgent && oldest === undefined) continue
         yield* flush(acks, transport, !urgent).pipe(
           Effect.catchAll((error) =>
             Effect.logWarning("outbox worker: ack failed, the messages come back after their lease", error)
           )
         )
-        // The running batch's interval has passed: from here on its acks wake the writer as they come (`push`).
-        if (!woken && acks.batchRunning && batchDue !== undefined && batchDue <= due) acks.batchRunning = false
+        // The running batch has run its interval: from here on its acks wake the writer as they come (`push`).
+        if (acks.batchRunning && acks.batchStartedAt + ackIntervalMs <= acks.clock.unsafeCurrentTimeMillis()) {
+          acks.batchRunning = false
+        }
       }
     }
   }).pipe(Effect.interruptible)
