@@ -3,7 +3,7 @@
  * messages, two workers and a fault or two each — real worker processes, real SIGKILLs, real server restarts and
  * broker stops — and every check must pass. Some scenarios stop or restart their server, so the scenarios run on
  * PostgreSQL clusters and a RabbitMQ node of this file's own, never on the ones the other test files share: one
- * cluster for each scenario that restarts or stops it, one for the others. That lets the scenarios run at the same
+ * cluster for each scenario that restarts, stops or storms it, one for the others. That lets the scenarios run at the same
  * time (each on its own database), so the file takes about as long as its longest scenario, the broker's. Then the
  * checks' self-test: each corruption of a copy of a real result (an effect dropped, an effect of a rolled-back
  * message, a duplicate effect, an unbounded reason, a message left behind) must fail its check.
@@ -31,8 +31,12 @@ const sizes: Sizes = {
   deadlineMs: 45_000
 }
 
-/** The scenarios that stop or restart their server get one each; the others share one. */
-const ownServer = new Set(["restart", "outage"])
+/**
+ * The scenarios that stop or restart their server get one each, and so does the `pg_terminate_backend` storm:
+ * scenarios beside it on a shared server failed to connect with 57P01 ("terminating connection due to
+ * administrator command"), what its kills send. The others share one.
+ */
+const ownServer = new Set(["restart", "outage", "terminate"])
 const servers = new Map<string, ChaosServer>()
 let broker: RunningBroker | undefined
 beforeAll(async () => {
