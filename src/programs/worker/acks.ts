@@ -187,11 +187,11 @@ const wakeWriter = (acks: Acks): void => {
 }
 
 /** Woken early by `interruptWait` (`flushNow`). */
-const wokenEarly = (acks: Acks): Effect.Effect<boolean> =>
-  Effect.async<boolean>((resume) => {
+const wokenEarly = (acks: Acks): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
     acks.interruptWait = () => {
       acks.interruptWait = undefined
-      resume(Effect.succeed(true))
+      resume(Effect.void)
     }
     return Effect.sync(() => {
       acks.interruptWait = undefined
@@ -208,7 +208,7 @@ const waitOrWoken = (acks: Acks, ms: number): Effect.Effect<void> =>
     ? acks.clock.sleep(Duration.millis(ms))
     : acks.urgent
     ? Effect.void
-    : Effect.raceFirst(acks.clock.sleep(Duration.millis(ms)), Effect.asVoid(wokenEarly(acks)))
+    : Effect.raceFirst(acks.clock.sleep(Duration.millis(ms)), wokenEarly(acks))
 
 /**
  * Writes the queued acks (of every transport, or of those whose oldest ack waited the interval), one statement

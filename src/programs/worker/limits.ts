@@ -62,4 +62,4 @@ const stopMessage: Record<StopReason, (limits: Limits) => string> = {
 export const describe = (limits: Limits, reason: StopReason): string => stopMessage[reason](limits)
 
 /** Ends the loop (the worker logs why when it has stopped). @internal */
-export const stop = (_limits: Limits, reason: StopReason) => Effect.fail(new StopWorker({ reason }))
+export const stop = (reason: StopReason) => Effect.fail(new StopWorker({ reason }))

@@ -83,7 +83,7 @@ export const run = (state: RunState) => {
       let found = false
       for (const name of session.transports) {
         const reason = Limits.reached(limits, clock.unsafeCurrentTimeMillis())
-        if (reason !== undefined) return yield* Limits.stop(limits, reason)
+        if (reason !== undefined) return yield* Limits.stop(reason)
         const remaining = Limits.remaining(limits)
         const size = Math.min(batchSize, remaining)
         const ahead = prefetched.get(name)
@@ -119,9 +119,9 @@ export const run = (state: RunState) => {
       }
       const now = clock.unsafeCurrentTimeMillis()
       const reason = Limits.reached(limits, now)
-      if (reason !== undefined) return yield* Limits.stop(limits, reason)
+      if (reason !== undefined) return yield* Limits.stop(reason)
       if (!found) {
-        if (options.stopWhenEmpty === true) return yield* Limits.stop(limits, "empty")
+        if (options.stopWhenEmpty === true) return yield* Limits.stop("empty")
         // Idle: until the poll interval, the next due message (delay, retry, expiring lease) or the time limit —
         // whichever comes first — unless a hint wakes the worker sooner.
         let waitMs = Math.min(sleepMs, limits.startedAt + limits.timeLimitMs - now)
