@@ -131,6 +131,7 @@ describe("outbox command line", () => {
           [["--limit", "0"], "--limit must be > 0, got 0"],
           [["--memory-limit", "12X"], "--memory-limit: expected a size such as 128M, got 12X"],
           [["--batch-size", "-1"], "--batch-size must be > 0, got -1"],
+          [["--handler-timeout", "0"], "--handler-timeout must be a number of seconds > 0, got 0"],
           // @effect/cli's own integer parser names the value, not the option
           [["--time-limit", "abc"], "'abc' is not a integer"]
         ] as const

@@ -87,6 +87,35 @@ describe("operating workers", () => {
   )
 
   it.live(
+    "a handler running past --handler-timeout is interrupted and its message retried with HandlerTimeoutError",
+    () =>
+      Effect.gen(function*() {
+        const table = uniqueTable("handler_timeout")
+        yield* dispatchOrders(table, [1])
+        const worker = spawnScript(
+          "test/fixtures/cli-app.ts",
+          ["consume", "outbox", "--handler-timeout", "0.3", "--limit", "1"],
+          { DATABASE_URL: db.url, OUTBOX_TABLE: table, FIXTURE_HANDLER: "slow", FIXTURE_SLOW_MS: "600000" }
+        )
+        const { code } = yield* Effect.promise(() => worker.exited)
+        const output = worker.lines.join("\n") + worker.stderr.join("")
+        expect(code, output).toBe(0)
+        expect(worker.lines, output).not.toContain("DONE 1")
+        expect(output).toContain("did not finish within 300ms")
+        expect(output).toContain("0 handled, 1 retried")
+        const rows = yield* withPg(
+          Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ headers: string }>`SELECT headers FROM ${sql(table)}`)
+        )
+        expect(rows).toHaveLength(1)
+        expect(JSON.parse(rows[0]!.headers).redeliveries).toMatchObject([{
+          errorTag: "HandlerTimeoutError",
+          errorMessage: "Handler OrderPaid did not finish within 300ms"
+        }])
+      }),
+    60_000
+  )
+
+  it.live(
     "a poison message that kills its worker goes to the failure queue once the retry budget is spent",
     () =>
       Effect.gen(function*() {

@@ -149,3 +149,18 @@ export class StorageNotReadyError extends Schema.TaggedError<StorageNotReadyErro
   storage: Schema.String,
   message: Schema.String
 }) {}
+
+/**
+ * A handler did not finish within its timeout (its `timeout` option, else the worker's `handlerTimeout`): it
+ * was interrupted, and the message is retried by the retry strategy like any other failure.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class HandlerTimeoutError extends Schema.TaggedError<HandlerTimeoutError>()("HandlerTimeoutError", {
+  /** The handler's name. */
+  handler: Schema.String,
+  /** The timeout that was exceeded, in milliseconds. */
+  timeoutMs: Schema.Number,
+  message: Schema.String
+}) {}

@@ -1,9 +1,20 @@
 /**
- * Option values as error messages show them: a bigint or a cyclic value never makes the message throw.
+ * Durations given as options, checked: `Duration.decode` reads `NaN` and negative numbers as zero and accepts
+ * `Infinity`, which would hide a mistake where a bound is meant.
  *
  * @internal
  */
 import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
+
+/** The duration, when `value` is one that is finite and greater than zero. @internal */
+export const positiveFinite = (value: unknown): Option.Option<Duration.Duration> => {
+  if (typeof value === "number" && !(value > 0 && Number.isFinite(value))) return Option.none()
+  const decoded = Duration.decodeUnknown(value)
+  if (Option.isNone(decoded)) return Option.none()
+  const millis = Duration.toMillis(decoded.value)
+  return Duration.isFinite(decoded.value) && millis > 0 ? decoded : Option.none()
+}
 
 /** An option's value as an error message shows it. @internal */
 export const show = (value: unknown): string => {

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -11,6 +12,7 @@ import type { Envelope } from "../domain/Envelope.js"
 import { OutboxConfigError } from "../domain/Errors.js"
 import * as IdempotencyKey from "../domain/IdempotencyKey.js"
 import type { MessageClass, Tagged } from "../domain/Message.js"
+import * as Durations from "../internal/durations.js"
 import * as IdempotencyStore from "./IdempotencyStore.js"
 
 /**
@@ -30,6 +32,8 @@ export interface Handler<A extends Tagged, E, R> {
   readonly fromTransport?: string | undefined
   /** Run at most once per message id under this consumer name (`true`: the handler's name). */
   readonly idempotent?: boolean | string | undefined
+  /** How long one run may take before it is interrupted and the message retried (default: the worker's). */
+  readonly timeout?: Duration.DurationInput | undefined
   readonly handle: (message: A, envelope: Envelope<A>) => Effect.Effect<unknown, E, R>
 }
 
@@ -68,6 +72,11 @@ export interface HandlerOptions {
    * retention window new to it.
    */
   readonly idempotent?: boolean | string
+  /**
+   * How long one run of the handler may take (finite, > 0). Past it the handler is interrupted and the message
+   * retried by the retry strategy with a `HandlerTimeoutError`. Defaults to the worker's `handlerTimeout`.
+   */
+  readonly timeout?: Duration.DurationInput
 }
 
 /**
@@ -115,6 +124,7 @@ export function handler<A extends Tagged, I, E, R>(
     name: options.name ?? "",
     fromTransport: options.fromTransport,
     idempotent: options.idempotent,
+    timeout: options.timeout,
     handle
   }
 }
@@ -128,10 +138,12 @@ export function handler<A extends Tagged, I, E, R>(
 export interface RegisteredHandler {
   readonly name: string
   readonly fromTransport: string | undefined
+  /** The handler's own `timeout`, when it has one (the worker's `handlerTimeout` applies otherwise). */
+  readonly timeout: Duration.Duration | undefined
   /**
    * Runs the handler (through the idempotency store when it is idempotent); its success value means nothing.
    * Its services are not provided here: run it inside `HandlersShape.provide` (the worker's runner fiber
-   * provides them once for its life).
+   * provides them once for its life). It is not bounded by the timeout: the worker applies that.
    */
   readonly run: (message: Tagged, envelope: Envelope) => Effect.Effect<unknown, unknown>
 }
@@ -161,7 +173,8 @@ export class Handlers extends Context.Tag("effect-outbox/Handlers")<Handlers, Ha
 
 /**
  * Builds the registry. Handlers' services are taken from the context now. Fails with
- * `OutboxConfigError` on duplicate handler names or two different classes with one tag.
+ * `OutboxConfigError` on duplicate handler names, two different classes with one tag, or a `timeout` that is
+ * not a finite duration greater than zero.
  * `messages` registers classes that may be received but have no handler here (they are decoded,
  * then reported as having no handler rather than as an unknown type).
  *
@@ -207,6 +220,14 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
           message: `Handler ${name} is idempotent but no IdempotencyStore is provided to the handlers layer`
         })
       }
+      const timeout = h.timeout === undefined ? undefined : Durations.positiveFinite(h.timeout)
+      if (timeout !== undefined && Option.isNone(timeout)) {
+        return yield* new OutboxConfigError({
+          message: `Handler ${name} option timeout must be a finite duration greater than zero, got ${
+            Durations.show(h.timeout)
+          }`
+        })
+      }
       const call = (message: Tagged, envelope: Envelope) =>
         h.handle(message, envelope as Envelope<any>) as Effect.Effect<unknown, unknown, Handler.Context<Hs[number]>>
       const run = (consumer === undefined
@@ -219,6 +240,7 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       list.push({
         name,
         fromTransport: h.fromTransport,
+        timeout: timeout === undefined ? undefined : timeout.value,
         run
       })
       byType.set(tag, list)

@@ -17,7 +17,17 @@ import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
 import { Deployment, type Environment } from "./environment.js"
 import { formatAge, headline, parseDurationMs, renderTable, truncate } from "./format.js"
-import { dsn, fail, format, memoryLimit, positive, target, verbose, withShownDefault } from "./options.js"
+import {
+  dsn,
+  fail,
+  format,
+  memoryLimit,
+  positive,
+  positiveSeconds,
+  target,
+  verbose,
+  withShownDefault
+} from "./options.js"
 
 /**
  * The options of `consume`, each a worker option (see `workerOptions`): a new worker option is one entry here and
@@ -47,6 +57,10 @@ const consumeOptions = {
     Options.withDescription("Seconds in-flight handlers may run on after SIGTERM/SIGINT"),
     withShownDefault(30)
   ),
+  handlerTimeout: positiveSeconds("handler-timeout").pipe(
+    Options.withDescription("Seconds one handler run may take before it is interrupted and its message retried"),
+    withShownDefault(900)
+  ),
   verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration"))
 }
 
@@ -66,6 +80,7 @@ const workerOptions = (o: ConsumeOptions & { readonly transports: ReadonlyArray<
       concurrency: o.concurrency,
       sleep: o.sleep * 1000,
       shutdownTimeout: o.shutdownTimeout * 1000,
+      handlerTimeout: o.handlerTimeout * 1000,
       ...optional(o.limit, (limit) => ({ limit })),
       ...optional(o.failureLimit, (failureLimit) => ({ failureLimit })),
       ...optional(o.timeLimit, (s) => ({ timeLimit: s * 1000 })),

@@ -93,6 +93,16 @@ export const positive = (name: string) =>
     )
   )
 
+/** A number of seconds greater than zero, as a float option named `name`. @internal */
+export const positiveSeconds = (name: string) =>
+  Options.float(name).pipe(
+    Options.mapEffect((n) =>
+      n > 0 && Number.isFinite(n)
+        ? Effect.succeed(n)
+        : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--${name} must be a number of seconds > 0, got ${n}`)))
+    )
+  )
+
 export const memoryLimit = Options.text("memory-limit").pipe(
   Options.withDescription("Stop when resident memory exceeds this (e.g. 128M; K, M, G)"),
   Options.mapEffect((text) => {

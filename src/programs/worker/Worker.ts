@@ -25,6 +25,7 @@ import * as Loop from "./loop.js"
 import { WorkerEvent, type WorkerOptions, type WorkerSummary } from "./model.js"
 import * as Options from "./options.js"
 import type { RunState } from "./state.js"
+import * as Watchdog from "./watchdog.js"
 
 export {
   /** @since 0.1.0 */
@@ -49,7 +50,9 @@ const restartSchedule = Schedule.exponential("100 millis").pipe(
  * are retried for `settleTimeout` (a minute), so a database restart loses and repeats nothing; a write that gives
  * up leaves its messages to their lease (they are no longer renewed) and they come back. Interrupted (SIGTERM/SIGINT
  * under `NodeRuntime.runMain`), it lets in-flight handlers finish within `shutdownTimeout`, records their
- * outcomes, and releases the messages it claimed but did not start.
+ * outcomes, and releases the messages it claimed but did not start. A handler that runs longer than its timeout
+ * (`handlerTimeout`, 15 minutes by default, or the handler's own `timeout`) is interrupted and its message retried
+ * with a `HandlerTimeoutError`.
  *
  * It fails — and does not spin — when an option is invalid (`OutboxConfigError`: `batchSize: NaN`, a negative
  * duration), a transport name is unknown (`UnknownTransportError`, at once) or the
@@ -102,6 +105,7 @@ export const run = (
       acks,
       limits: Limits.make(options, yield* Clock.currentTimeMillis),
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds"),
+      watchdog: Watchdog.make(yield* Effect.clock, Duration.decode(options.handlerTimeout ?? "15 minutes")),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))
     }
     const store = yield* Effect.serviceOption(IdempotencyStore.IdempotencyStore)
@@ -113,6 +117,7 @@ export const run = (
       )
     }
     yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports))
+    yield* Effect.forkScoped(Watchdog.run(state.watchdog))
     const writer = yield* Effect.forkScoped(Acks.writer(acks, transport))
     const started = startedEvent(options, transport, session.transports)
     yield* Effect.logInfo(startedLine(started))

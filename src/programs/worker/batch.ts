@@ -15,11 +15,12 @@ import type { TransportError, UnknownTransportError } from "../../domain/Errors.
 import type * as Outcome from "../../domain/Outcome.js"
 import type { TransportShape } from "../../services/Transport.js"
 import * as Acks from "./acks.js"
-import { handle } from "./handle.js"
+import * as Handle from "./handle.js"
 import * as Limits from "./limits.js"
 import { WorkerEvent } from "./model.js"
 import type { BatchHandle, BatchRunner } from "./runner.js"
 import type { RunState } from "./state.js"
+import * as Watchdog from "./watchdog.js"
 
 /**
  * Gives claimed messages that no handler started back at once (their claim does not count as a delivery); a
@@ -34,10 +35,7 @@ export const giveBack = (acks: Acks.Acks, transport: TransportShape, name: strin
     )
   )
 
-/** A message's progress in its batch (`process`). */
-const running = 1
-const finished = 2
-const givenBack = 3
+const { finished, givenBack, running, timedOut } = Watchdog
 
 /** Writes a retry or a move to the failure queue, then logs it and reports it. */
 const write = (
@@ -91,7 +89,7 @@ const write = (
 
 /**
  * Runs a batch in the runner and records each outcome; `onStart` is called once the batch is the runner's (the
- * loop no longer holds its rows).
+ * loop no longer holds its rows). Succeeds with the number of its messages given back.
  *
  * @internal
  */
@@ -109,8 +107,10 @@ export const process = (
     const countsDeliveries = state.countsDeliveries.get(name) ?? true
     // Per message of the batch, by index: not started, running or given back (all three go back at once when the
     // batch ends: unstarted after a limit, a shutdown or a failure mid-batch; running after a shutdown timeout;
-    // released by an interrupted handler), or finished. An array, not sets of ids: nothing allocated per message.
-    const progress = new Uint8Array(batch.length)
+    // released by an interrupted handler), timed out (recorded as a failure) or finished. An array, not sets of
+    // ids: nothing allocated per message.
+    const watched = Watchdog.watch(state.watchdog, batch.length, runner.abandon)
+    const progress = watched.progress
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
     const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined
@@ -143,7 +143,9 @@ export const process = (
     const run = (row: ReceivedMessage, index: number, now: number) => {
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
       progress[index] = running
-      return Effect.flatMap(handle(row, registry, strategy, countsDeliveries), (outcome) => {
+      return Effect.flatMap(Handle.handle(row, registry, strategy, countsDeliveries, watched, index), (outcome) => {
+        // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
+        if (progress[index] !== running) return Effect.void
         progress[index] = finished
         // hot path: an ack without an event hook needs no effect at all
         if (outcome._tag === "Ack" && onEvent === undefined) {
@@ -167,11 +169,50 @@ export const process = (
     // The acks of the batch ride on the next claim or go to the writer; what was claimed but not started (a
     // limit, shutdown, a failure mid-batch) goes back at once.
     const settle = Effect.suspend(() => {
+      Watchdog.unwatch(watched)
       Acks.flushNow(acks)
       const back: Array<string> = []
-      for (let i = 0; i < batch.length; i++) if (progress[i] !== finished) back.push(batch[i]!.id)
-      return giveBack(acks, transport, name, back)
+      for (let i = 0; i < batch.length; i++) {
+        if (progress[i] !== finished) {
+          progress[i] = givenBack
+          back.push(batch[i]!.id)
+        }
+      }
+      return Effect.as(giveBack(acks, transport, name, back), back.length)
     })
+
+    // The watchdog abandoned the batch: its timed-out messages are recorded as failures, the rest goes back.
+    const timeouts = () =>
+      Effect.flatMap(
+        Effect.exit(Effect.suspend(() => {
+          const indices: Array<number> = []
+          let others = 0
+          for (let i = 0; i < batch.length; i++) {
+            if (progress[i] === timedOut) indices.push(i)
+            else if (progress[i] === running) others++
+          }
+          return Effect.forEach(indices, (i) => {
+            progress[i] = finished
+            const row = batch[i]!
+            const expired = Watchdog.timedOutAt(watched, i)
+            return Effect.zipRight(
+              Effect.logWarning(
+                `outbox worker: handler ${expired.handler.name} of ${row.messageId} did not finish within ${
+                  Duration.format(Duration.millis(expired.timeoutMs))
+                }, interrupted` +
+                  (others > 0
+                    ? ` with the ${others} other handlers in flight in its batch (their messages go back)`
+                    : "")
+              ),
+              Effect.flatMap(
+                Effect.zip(Handle.timedOut(row, registry, expired, strategy), Clock.currentTimeMillis),
+                ([outcome, end]) => Effect.uninterruptible(record(row, i, outcome, end - expired.startedAt))
+              )
+            )
+          }, { discard: true })
+        })),
+        (recorded) => Effect.zipLeft(settle, recorded)
+      )
 
     // After an interruption, the handlers in flight get `shutdownTimeout` to finish (then the runner is
     // interrupted: a racing Effect.timeout would be interrupted with us).
@@ -191,8 +232,9 @@ export const process = (
         if (Exit.isFailure(late) && Cause.isInterruptedOnly(late.cause)) {
           yield* Effect.logWarning("outbox worker: handlers still running at the shutdown timeout were interrupted")
         }
-        yield* settle
-        return yield* joined
+        const back = yield* settle
+        yield* joined
+        return back
       })
 
     // hot path: no generator between a claim's answer and the handler's start (see BENCHMARKS.md)
@@ -205,7 +247,9 @@ export const process = (
       return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
         stopTimer()
         return Exit.isSuccess(joined) || !Cause.isInterruptedOnly(joined.cause)
-          ? Effect.zipRight(settle, joined)
+          ? Effect.zipLeft(settle, joined)
+          : watched.timedOut && work.done()
+          ? timeouts()
           : drain(work, joined)
       })
     })

@@ -5,12 +5,13 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Envelope, ReceivedMessage } from "../../domain/Envelope.js"
-import { MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
+import { HandlerTimeoutError, MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import * as Message from "../../domain/Message.js"
 import type { MessageId } from "../../domain/MessageId.js"
@@ -18,6 +19,7 @@ import * as Outcome from "../../domain/Outcome.js"
 import { cut, maxNameLength } from "../../internal/text.js"
 import type { HandlersShape, RegisteredHandler } from "../../services/Handlers.js"
 import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
+import * as Watchdog from "./watchdog.js"
 
 type Decoded = {
   readonly envelope: Envelope
@@ -78,7 +80,8 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
 
 /**
  * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
- * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`).
+ * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
+ * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it).
  *
  * @internal
  */
@@ -86,7 +89,9 @@ export const handle = (
   row: ReceivedMessage,
   registry: HandlersShape,
   strategy: RetryStrategyShape,
-  countsDeliveries: boolean
+  countsDeliveries: boolean,
+  watched?: Watchdog.Watched,
+  index = 0
 ): Effect.Effect<Outcome.Outcome> => {
   const decoded = decode(row, registry)
   if (Either.isLeft(decoded)) {
@@ -101,9 +106,38 @@ export const handle = (
         ? Effect.succeed(
           Outcome.decide({ _tag: "Died", error: died.value.error }, row.transport, envelope.headers, answer)
         )
-        : runHandlers(envelope, handlers, strategy))
+        : runHandlers(envelope, handlers, strategy, watched, index))
   }
-  return runHandlers(envelope, handlers, strategy)
+  return runHandlers(envelope, handlers, strategy, watched, index)
+}
+
+/**
+ * The outcome of a message whose handler ran past its timeout (the watchdog interrupted it): a failure with
+ * `HandlerTimeoutError`, judged by the strategy like any other; the handlers that succeeded before it are kept.
+ * The row is decoded again (it was, to start the handler): the batch keeps no envelope.
+ *
+ * @internal
+ */
+export const timedOut = (
+  row: ReceivedMessage,
+  registry: HandlersShape,
+  expired: Watchdog.TimedOut,
+  strategy: RetryStrategyShape
+): Effect.Effect<Outcome.Outcome> => {
+  const decoded = decode(row, registry)
+  // Decoded before its handler started, it decodes again; the branch keeps the types whole.
+  if (Either.isLeft(decoded)) return handle(row, registry, strategy, false)
+  const name = cut(expired.handler.name, maxNameLength)
+  const error = new HandlerTimeoutError({
+    handler: name,
+    timeoutMs: expired.timeoutMs,
+    message: `Handler ${name} did not finish within ${Duration.format(Duration.millis(expired.timeoutMs))}`
+  })
+  return settle(
+    { _tag: "HandlersFailed", causes: [Cause.fail(error)], handledBy: [...expired.handledBy] },
+    decoded.right.envelope,
+    strategy
+  )
 }
 
 /** What happened decided: asks the strategy when the rules need it. */
@@ -125,11 +159,15 @@ const settle = (
 const runHandlers = (
   envelope: Envelope,
   handlers: ReadonlyArray<RegisteredHandler>,
-  strategy: RetryStrategyShape
+  strategy: RetryStrategyShape,
+  watched: Watchdog.Watched | undefined,
+  index: number
 ): Effect.Effect<Outcome.Outcome> => {
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-    return Effect.matchCauseEffect(handlers[0]!.run(envelope.message, envelope), {
+    const h = handlers[0]!
+    if (watched !== undefined) Watchdog.arm(watched, index, h, undefined)
+    return Effect.matchCauseEffect(h.run(envelope.message, envelope), {
       onSuccess: () =>
         Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
       onFailure: (cause) =>
@@ -144,6 +182,7 @@ const runHandlers = (
     const causes: Array<Cause.Cause<unknown>> = []
     for (const h of handlers) {
       if (done.has(h.name)) continue
+      if (watched !== undefined) Watchdog.arm(watched, index, h, handledBy)
       const exit = yield* Effect.exit(h.run(envelope.message, envelope))
       if (Exit.isSuccess(exit)) handledBy.push(h.name)
       else if (Cause.isInterruptedOnly(exit.cause)) return Outcome.release

@@ -59,6 +59,14 @@ export const run = (state: RunState) => {
           ? Effect.void
           : Batch.giveBack(acks, transport, name, exit.value.messages.map((row) => row.id)))
     })
+  const forgetIfEmpty = (name: string) =>
+    Effect.suspend(() => {
+      const fiber = prefetched.get(name)
+      if (fiber === undefined) return Effect.void
+      return Effect.map(Fiber.await(fiber), (exit) => {
+        if (Exit.isSuccess(exit) && exit.value.messages.length === 0) prefetched.delete(name)
+      })
+    })
   let inHand: { readonly name: string; readonly rows: ReadonlyArray<ReceivedMessage> } | undefined
   const releaseInHand = Effect.suspend(() => {
     if (inHand === undefined) return Effect.void
@@ -112,9 +120,11 @@ export const run = (state: RunState) => {
           // The claim's fiber runs up to its first wait (the statement written to the connection) before the batch.
           yield* Effect.yieldNow()
         }
-        yield* Batch.process(state, runner, name, batch, () => {
+        const gaveBack = yield* Batch.process(state, runner, name, batch, () => {
           inHand = undefined
         })
+        // A claim made before messages went back may have found none: it says nothing of what is ready now.
+        if (gaveBack > 0) yield* forgetIfEmpty(name)
         break
       }
       const now = clock.unsafeCurrentTimeMillis()

@@ -114,6 +114,14 @@ export interface WorkerOptions {
    */
   readonly settleTimeout?: Duration.DurationInput
   /**
+   * How long one run of a handler may take (default 15 minutes; finite and greater than zero). Past it the
+   * handler is interrupted and its message retried by the retry strategy with a `HandlerTimeoutError` (the
+   * failure queue once the strategy gives up). A handler's own `timeout` option overrides it. The other
+   * handlers in flight in the same batch (`concurrency` above 1) are interrupted with it and their messages
+   * given back at once, without counting a delivery.
+   */
+  readonly handlerTimeout?: Duration.DurationInput
+  /**
    * Called when the worker starts, after each outcome is recorded, and when it stops. A hook that dies (throws)
    * is logged and the worker goes on.
    */

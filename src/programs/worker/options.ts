@@ -31,6 +31,12 @@ const duration = (name: string, value: Duration.DurationInput | undefined, finit
   return ok ? Option.none() : Option.some(problem(name, `a non-negative${finite ? ", finite" : ""} duration`, value))
 }
 
+/** A bound that must hold: a finite duration greater than zero. */
+const bound = (name: string, value: Duration.DurationInput | undefined): Option.Option<string> =>
+  value === undefined || Option.isSome(Durations.positiveFinite(value))
+    ? Option.none()
+    : Option.some(problem(name, "a finite duration greater than zero", value))
+
 /** The first problem of the options, as an `OutboxConfigError`. @internal */
 export const validate = (options: WorkerOptions): Effect.Effect<void, OutboxConfigError> => {
   const purge = options.idempotencyPurge === false ? undefined : options.idempotencyPurge
@@ -47,6 +53,7 @@ export const validate = (options: WorkerOptions): Effect.Effect<void, OutboxConf
       : Option.some(problem("memoryLimit", "a positive number of bytes", options.memoryLimit)),
     duration("shutdownTimeout", options.shutdownTimeout, false),
     duration("settleTimeout", options.settleTimeout, false),
+    bound("handlerTimeout", options.handlerTimeout),
     duration("idempotencyPurge.every", purge?.every, true),
     duration("idempotencyPurge.olderThan", purge?.olderThan, true),
     integer("idempotencyPurge.batchSize", purge?.batchSize, 1),

@@ -13,12 +13,20 @@ import type { HandlersShape } from "../../services/Handlers.js"
 /** A submitted batch: waits for its exit (again after an interruption, if need be). @internal */
 export interface BatchHandle<E> {
   readonly await: Effect.Effect<void, E>
+  /** Whether the batch has ended (or was abandoned). */
+  readonly done: () => boolean
 }
 
 /** @internal */
 export interface BatchRunner {
   readonly submit: <E>(effect: Effect.Effect<void, E>) => BatchHandle<E>
+  /** The fiber running the batches now. */
   readonly fiber: Fiber.RuntimeFiber<never>
+  /**
+   * Ends the batch running now with an interruption — at once, even if a handler ignores it — and runs the
+   * next batches in a new fiber (a handler timeout: see `watchdog.ts`).
+   */
+  readonly abandon: Effect.Effect<void>
 }
 
 // hot path: a one-shot callback per batch instead of a Deferred (see BENCHMARKS.md, "the worker's hot path")
@@ -29,7 +37,9 @@ interface BatchJob {
   waiter: ((exit: Exit.Exit<void, unknown>) => void) | undefined
 }
 
+/** A job's exit is its first: an abandoned job's late end is ignored. */
 const finishJob = (job: BatchJob, exit: Exit.Exit<void, unknown>) => {
+  if (job.exit !== undefined) return
   job.exit = exit
   const waiter = job.waiter
   job.waiter = undefined
@@ -41,49 +51,82 @@ export const make = (registry: HandlersShape): Effect.Effect<BatchRunner> =>
   Effect.suspend(() => {
     const queued: Array<BatchJob> = []
     let idle: ((job: BatchJob) => void) | undefined
+    let fiber: Fiber.RuntimeFiber<never> | undefined
     let current: BatchJob | undefined
-    const next = Effect.async<BatchJob>((resume) => {
-      const job = queued.shift()
-      if (job !== undefined) return resume(Effect.succeed(job))
-      idle = (job) => {
-        idle = undefined
-        resume(Effect.succeed(job))
+    let generation = 0
+    // Each fiber takes jobs only while it is the runner's: an abandoned one may still be finishing a handler that
+    // ignores interruption.
+    const start = Effect.suspend(() => {
+      const mine = ++generation
+      const next = Effect.async<BatchJob>((resume) => {
+        if (mine !== generation) return resume(Effect.interrupt)
+        const job = queued.shift()
+        if (job !== undefined) return resume(Effect.succeed(job))
+        idle = (job) => {
+          idle = undefined
+          resume(Effect.succeed(job))
+        }
+        return Effect.sync(() => {
+          idle = undefined
+        })
+      })
+      const runOne = (job: BatchJob) => {
+        current = job
+        return Effect.map(Effect.exit(job.effect), (exit) => {
+          if (current === job) current = undefined
+          finishJob(job, exit)
+        })
       }
-      return Effect.sync(() => {
-        idle = undefined
+      const loop = Effect.forever(Effect.flatMap(next, runOne)).pipe(
+        Effect.interruptible,
+        registry.provide,
+        Effect.onExit((exit) =>
+          Effect.sync(() => {
+            if (mine === generation && current !== undefined) finishJob(current, Exit.asVoid(exit))
+          })
+        )
+      )
+      return Effect.map(Effect.forkDaemon(loop), (forked) => {
+        fiber = forked
       })
     })
-    const runOne = (job: BatchJob) => {
-      current = job
-      return Effect.map(Effect.exit(job.effect), (exit) => {
-        current = undefined
-        finishJob(job, exit)
-      })
-    }
-    const loop = Effect.forever(Effect.flatMap(next, runOne)).pipe(
-      Effect.interruptible,
-      registry.provide,
-      Effect.onExit((exit) =>
-        Effect.sync(() => {
-          if (current !== undefined) finishJob(current, Exit.asVoid(exit))
-        })
-      )
-    )
-    return Effect.map(Effect.forkDaemon(loop), (fiber): BatchRunner => ({
-      fiber,
-      submit: <E>(effect: Effect.Effect<void, E>): BatchHandle<E> => {
-        const job: BatchJob = { effect, exit: undefined, waiter: undefined }
-        if (idle !== undefined) idle(job)
-        else queued.push(job)
-        return {
-          await: Effect.async<void, E>((resume) => {
-            if (job.exit !== undefined) return resume(job.exit as Exit.Exit<void, E>)
-            job.waiter = (exit) => resume(exit as Exit.Exit<void, E>)
-            return Effect.sync(() => {
-              job.waiter = undefined
-            })
+    const abandon = Effect.suspend(() => {
+      const old = fiber!
+      const job = current
+      current = undefined
+      idle = undefined
+      return Effect.zipRight(
+        start,
+        Effect.fiberIdWith((id) =>
+          Effect.sync(() => {
+            old.unsafeInterruptAsFork(id)
+            if (job !== undefined) finishJob(job, Exit.interrupt(id))
           })
+        )
+      )
+    })
+    return Effect.as(
+      start,
+      {
+        get fiber() {
+          return fiber!
+        },
+        abandon,
+        submit: <E>(effect: Effect.Effect<void, E>): BatchHandle<E> => {
+          const job: BatchJob = { effect, exit: undefined, waiter: undefined }
+          if (idle !== undefined) idle(job)
+          else queued.push(job)
+          return {
+            done: () => job.exit !== undefined,
+            await: Effect.async<void, E>((resume) => {
+              if (job.exit !== undefined) return resume(job.exit as Exit.Exit<void, E>)
+              job.waiter = (exit) => resume(exit as Exit.Exit<void, E>)
+              return Effect.sync(() => {
+                job.waiter = undefined
+              })
+            })
+          }
         }
-      }
-    }))
+      } satisfies BatchRunner
+    )
   })

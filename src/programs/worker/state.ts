@@ -10,6 +10,7 @@ import type { Session, TransportShape } from "../../services/Transport.js"
 import type { Acks } from "./acks.js"
 import type { Limits } from "./limits.js"
 import type { WorkerOptions } from "./model.js"
+import type { Watchdog } from "./watchdog.js"
 
 /** @internal */
 export interface RunState {
@@ -21,6 +22,8 @@ export interface RunState {
   readonly acks: Acks
   readonly limits: Limits
   readonly shutdownTimeout: Duration.Duration
+  /** Enforces the handlers' timeouts. */
+  readonly watchdog: Watchdog
   /** Per transport: whether claims count deliveries (poison detection applies). */
   readonly countsDeliveries: ReadonlyMap<string, boolean>
 }
