@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url"
 import { configDefaults, defineConfig } from "vitest/config"
 
 /**
@@ -19,7 +20,14 @@ const unit = [
   "examples/**/*.test.ts"
 ]
 
+/** `effect-outbox` imports (the examples') resolve to the sources, as tsconfig's `paths` do for `tsc`. */
+const alias = [
+  { find: /^effect-outbox$/, replacement: fileURLToPath(new URL("src/index.ts", import.meta.url)) },
+  { find: /^effect-outbox\/Cli$/, replacement: fileURLToPath(new URL("src/programs/Cli.ts", import.meta.url)) }
+]
+
 export default defineConfig({
+  resolve: { alias },
   test: {
     testTimeout: 60_000,
     hookTimeout: 60_000,

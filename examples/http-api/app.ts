@@ -43,11 +43,12 @@ export const handlers = Handlers.layer([
     paid.amountCents < 0
       ? Effect.fail(new UnrecoverableMessageHandlingError({ message: "negative amount" }))
       : Invoices.issue(paid.orderId, envelope.messageId))
-]).pipe(Layer.provide(Invoices.layer))
+])
 
-// 4. Layers: PostgreSQL client → transport → outbox, retry strategy, handlers.
+// 4. Layers: PostgreSQL client → transport → outbox, retry strategy, handlers and their services.
 export const Database = PgClient.layerConfig({ url: Config.redacted("DATABASE_URL") })
 export const OutboxLive = Layer.mergeAll(Outbox.layer(), handlers, ScheduleRetryStrategy.layer()).pipe(
+  Layer.provide(Invoices.layer),
   Layer.provideMerge(PgTransport.layer({ table: "messenger_messages" })),
   Layer.provideMerge(Database)
 )

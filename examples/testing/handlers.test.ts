@@ -1,39 +1,14 @@
 /**
- * Unit tests of the application's handlers on the in-memory layers: no database, and time is `TestClock`'s, so
- * a retry 1 second later, or the failure queue after the whole retry budget (1 + 3 + 9 + 27 + 81 s), takes no
- * time at all. The tests wait on the worker's own events (`onEvent`), never on a sleep.
- *
- * These files import the library by relative path: vitest does not read tsconfig's `paths`, which map
- * `effect-outbox` to the sources for the other examples. An application imports the same names from
- * `effect-outbox`.
+ * Unit tests of the application's handlers (examples/http-api/app.ts) on the in-memory layers: no database, and
+ * time is `TestClock`'s, so a retry 1 second later, or the failure queue after the whole retry budget
+ * (1 + 3 + 9 + 27 + 81 s), takes no time at all. The tests wait on the worker's own events (`onEvent`), never on a
+ * sleep.
  */
+import { SqlError } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer, Queue, Schema, TestClock } from "effect"
-import { UnrecoverableMessageHandlingError } from "../../src/domain/Errors.js"
-import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
-import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
-import * as Worker from "../../src/programs/worker/Worker.js"
-import * as Handlers from "../../src/services/Handlers.js"
-import * as Outbox from "../../src/services/Outbox.js"
-
-// The application's message, service and handler, as in examples/http-api/app.ts.
-class OrderPaid extends Schema.TaggedClass<OrderPaid>()("OrderPaid", {
-  orderId: Schema.Int,
-  amountCents: Schema.Int
-}) {}
-
-class InvoicingDown extends Schema.TaggedError<InvoicingDown>()("InvoicingDown", {}) {}
-
-class Invoices extends Context.Tag("Invoices")<Invoices, {
-  readonly issue: (orderId: number, messageId: string) => Effect.Effect<void, InvoicingDown>
-}>() {}
-
-const handlers = Handlers.layer([
-  Handlers.handler(OrderPaid, (paid, envelope) =>
-    paid.amountCents < 0
-      ? Effect.fail(new UnrecoverableMessageHandlingError({ message: "negative amount" }))
-      : Effect.flatMap(Invoices, (invoices) => invoices.issue(paid.orderId, envelope.messageId)))
-])
+import { Effect, Fiber, Layer, Queue, TestClock } from "effect"
+import { MemoryTransport, Outbox, ScheduleRetryStrategy, Worker } from "effect-outbox"
+import { handlers, Invoices, OrderPaid } from "../http-api/app.js"
 
 /** An invoice service that is down for its first `failures` calls; `issued` lists the invoices it issued. */
 const fakeInvoices = (failures: number) => {
@@ -42,7 +17,9 @@ const fakeInvoices = (failures: number) => {
   const layer = Layer.succeed(Invoices, {
     issue: (orderId) =>
       Effect.suspend(() =>
-        ++calls <= failures ? Effect.fail(new InvoicingDown()) : Effect.sync(() => issued.push(orderId))
+        ++calls <= failures
+          ? Effect.fail(new SqlError.SqlError({ cause: new Error("connection refused"), message: "invoicing is down" }))
+          : Effect.sync(() => issued.push(orderId))
       )
   })
   return { issued, layer }
@@ -119,7 +96,7 @@ describe("the OrderPaid handler's other outcomes", () => {
       }
       expect(delays).toEqual([1000, 3000, 9000, 27000, 81000])
       const failed = yield* next("Failed")
-      expect(failed.error.tag).toBe("InvoicingDown")
+      expect(failed.error.tag).toBe("SqlError")
       const memory = yield* MemoryTransport.MemoryTransport
       expect((yield* memory.messagesOf("failed")).map((m) => m.messageId)).toEqual([id])
       expect(invoices.issued).toEqual([])

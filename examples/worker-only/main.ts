@@ -8,11 +8,12 @@
  * DATABASE_URL names the database.
  */
 // #region worker-only
+import { Layer } from "effect"
 import * as Cli from "effect-outbox/Cli"
-import { handlers } from "../http-api/app.js"
+import { handlers, Invoices } from "../http-api/app.js"
 
 Cli.main(Cli.make({
-  handlers,
+  handlers: handlers.pipe(Layer.provide(Invoices.layer)), // the services of the handlers; SqlClient is the CLI's
   retry: { default: { maxRetries: 5 } }
 }))
 // #endregion

@@ -17,6 +17,7 @@ import type { TransportShape } from "../../services/Transport.js"
 import * as Acks from "./acks.js"
 import * as Handle from "./handle.js"
 import * as Limits from "./limits.js"
+import * as MessageLogs from "./messageLogs.js"
 import { WorkerEvent } from "./model.js"
 import type { BatchHandle, BatchRunner } from "./runner.js"
 import type { RunState } from "./state.js"
@@ -140,31 +141,32 @@ export const process = (
       }
     }
 
-    const run = (row: ReceivedMessage, index: number, now: number) => {
+    // Read synchronously: the fiber's clock (a TestClock in tests), captured when the worker started.
+    const clock = state.watchdog.clock
+    const run = (row: ReceivedMessage, index: number, now: number, logs: MessageLogs.Slot | undefined) => {
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
       progress[index] = running
-      return Effect.flatMap(Handle.handle(row, registry, strategy, countsDeliveries, watched, index), (outcome) => {
-        // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
-        if (progress[index] !== running) return Effect.void
-        progress[index] = finished
-        // hot path: an ack without an event hook needs no effect at all
-        if (outcome._tag === "Ack" && onEvent === undefined) {
-          Acks.push(acks, name, row.id)
-          limits.counts.handled++
-          return Effect.void
+      return Effect.flatMap(
+        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs),
+        (outcome) => {
+          // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
+          if (progress[index] !== running) return Effect.void
+          progress[index] = finished
+          // hot path: an ack without an event hook needs no effect at all
+          if (outcome._tag === "Ack" && onEvent === undefined) {
+            Acks.push(acks, name, row.id)
+            limits.counts.handled++
+            return Effect.void
+          }
+          return Effect.uninterruptible(record(row, index, outcome, timed ? clock.unsafeCurrentTimeMillis() - now : 0))
         }
-        return timed
-          ? Effect.flatMap(
-            Clock.currentTimeMillis,
-            (end) => Effect.uninterruptible(record(row, index, outcome, end - now))
-          )
-          : Effect.uninterruptible(record(row, index, outcome, 0))
-      })
+      )
     }
+    // hot path: the one operation per message that starts it also finds the fiber's log slot (see messageLogs.ts)
     const one = (row: ReceivedMessage, index: number) =>
-      timed
-        ? Effect.flatMap(Clock.currentTimeMillis, (now) => run(row, index, now))
-        : Effect.suspend(() => run(row, index, 0))
+      Effect.withFiberRuntime<void, TransportError | UnknownTransportError>((fiber) =>
+        run(row, index, timed ? clock.unsafeCurrentTimeMillis() : 0, MessageLogs.slotOf(fiber))
+      )
 
     // The acks of the batch ride on the next claim or go to the writer; what was claimed but not started (a
     // limit, shutdown, a failure mid-batch) goes back at once.

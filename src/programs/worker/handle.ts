@@ -19,6 +19,7 @@ import * as Outcome from "../../domain/Outcome.js"
 import { cut, maxNameLength } from "../../internal/text.js"
 import type { HandlersShape, RegisteredHandler } from "../../services/Handlers.js"
 import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
+import * as MessageLogs from "./messageLogs.js"
 import * as Watchdog from "./watchdog.js"
 
 type Decoded = {
@@ -81,7 +82,8 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
 /**
  * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
  * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
- * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it).
+ * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it); with `logs`,
+ * the running fiber's log lines carry the message (see `messageLogs.ts`).
  *
  * @internal
  */
@@ -91,14 +93,17 @@ export const handle = (
   strategy: RetryStrategyShape,
   countsDeliveries: boolean,
   watched?: Watchdog.Watched,
-  index = 0
+  index = 0,
+  logs?: MessageLogs.Slot
 ): Effect.Effect<Outcome.Outcome> => {
   const decoded = decode(row, registry)
   if (Either.isLeft(decoded)) {
+    if (logs !== undefined) logs.envelope = undefined
     const { error, headers } = decoded.left
     return Effect.succeed(Outcome.decide({ _tag: "Rejected", error }, row.transport, headers, Option.none()))
   }
   const { envelope, handlers } = decoded.right
+  if (logs !== undefined) logs.envelope = envelope
   const died = countsDeliveries ? Outcome.workerDied(row.transport, row.deliveries, envelope.headers) : Option.none()
   if (Option.isSome(died)) {
     return Effect.flatMap(strategy.delayFor(died.value), (answer) =>

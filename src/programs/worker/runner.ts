@@ -9,6 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import type { HandlersShape } from "../../services/Handlers.js"
+import * as MessageLogs from "./messageLogs.js"
 
 /** A submitted batch: waits for its exit (again after an interruption, if need be). @internal */
 export interface BatchHandle<E> {
@@ -80,6 +81,7 @@ export const make = (registry: HandlersShape): Effect.Effect<BatchRunner> =>
       const loop = Effect.forever(Effect.flatMap(next, runOne)).pipe(
         Effect.interruptible,
         registry.provide,
+        MessageLogs.withMessageLogs,
         Effect.onExit((exit) =>
           Effect.sync(() => {
             if (mine === generation && current !== undefined) finishJob(current, Exit.asVoid(exit))
