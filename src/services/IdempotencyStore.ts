@@ -177,7 +177,8 @@ export const once = <A, E, R>(
 
 /**
  * Makes a whole handler idempotent for a consumer name: the handler runs at most once per message id
- * (skipped deliveries succeed, so the message is acked).
+ * (skipped deliveries succeed, so the message is acked). Like `Handlers.handler`, it takes any effect — a
+ * conditional of several, any success value — and infers their error and requirement types.
  *
  * @example
  * ```ts
@@ -189,14 +190,17 @@ export const once = <A, E, R>(
  * @category combinators
  */
 export const idempotent = (consumer: string) =>
-<A extends Tagged, E, R>(
-  handle: (message: A, envelope: Envelope<A>) => Effect.Effect<void, E, R>
+<A extends Tagged, Eff extends Effect.Effect<any, any, any>>(
+  handle: (message: A, envelope: Envelope<A>) => Eff
 ) =>
 (
   message: A,
   envelope: Envelope<A>
-): Effect.Effect<void, E | StoreError | IdempotencyKey.InvalidIdempotencyKeyError, R | IdempotencyStore> =>
-  Effect.asVoid(once(envelope, consumer, Effect.suspend(() => handle(message, envelope))))
+): Effect.Effect<
+  void,
+  Effect.Effect.Error<Eff> | StoreError | IdempotencyKey.InvalidIdempotencyKeyError,
+  Effect.Effect.Context<Eff> | IdempotencyStore
+> => Effect.asVoid(once(envelope, consumer, Effect.suspend(() => handle(message, envelope))))
 
 /**
  * Creates or migrates the store's storage, with the store in context. See `IdempotencyStoreShape.setup`.

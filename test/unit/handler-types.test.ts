@@ -24,7 +24,7 @@ import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
 import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
 import * as Worker from "../../src/programs/worker/Worker.js"
 import * as Handlers from "../../src/services/Handlers.js"
-import type * as IdempotencyStore from "../../src/services/IdempotencyStore.js"
+import * as IdempotencyStore from "../../src/services/IdempotencyStore.js"
 import * as Outbox from "../../src/services/Outbox.js"
 import { OrderPaid, OrderShipped } from "../support/messages.js"
 
@@ -92,6 +92,25 @@ describe("handler types", () => {
       Handlers.Handler<
         OrderPaid,
         Handlers.IdempotentError<SqlError>,
+        Invoices | IdempotencyStore.IdempotencyStore
+      >
+    >()
+  })
+
+  it("let IdempotencyStore.idempotent take any effect, like handler", () => {
+    const wrapped = Handlers.handler(
+      OrderPaid,
+      IdempotencyStore.idempotent("invoices")((paid) =>
+        paid.amount < 0
+          ? Effect.fail(new UnrecoverableMessageHandlingError({ message: "negative amount" }))
+          : Effect.flatMap(Invoices, (invoices) => invoices.list)
+      ),
+      { name: "invoices" }
+    )
+    expectTypeOf(wrapped).toEqualTypeOf<
+      Handlers.Handler<
+        OrderPaid,
+        Handlers.IdempotentError<UnrecoverableMessageHandlingError>,
         Invoices | IdempotencyStore.IdempotencyStore
       >
     >()
