@@ -3,7 +3,7 @@
  * `Worker.run` consumes 50 000 messages from a stub transport whose session's claim returns ready rows at once
  * and whose ack does nothing, so what is measured is decoding, handler dispatch and bookkeeping alone.
  *
- *   npx tsx bench/worker-cpu.ts [batch sizes, default 500,500,50,1]
+ *   npx tsx bench/worker-cpu.ts [batch sizes, default 500,500,50,1]     (METRICS=off: with `metrics: false`)
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -72,7 +72,12 @@ for (const batchSize of (process.argv[2] ?? "500,500,50,1").split(",").map(Numbe
   const t0 = performance.now()
   const cpu0 = process.cpuUsage()
   const summary = await Effect.runPromise(
-    Worker.run({ transports: ["outbox"], batchSize, stopWhenEmpty: true }).pipe(
+    Worker.run({
+      transports: ["outbox"],
+      batchSize,
+      stopWhenEmpty: true,
+      ...(process.env.METRICS === "off" ? { metrics: false } : {})
+    }).pipe(
       Effect.provide(layer),
       Logger.withMinimumLogLevel(LogLevel.Error)
     )

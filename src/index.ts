@@ -30,6 +30,8 @@ export * as Routing from "./domain/Routing.js"
 /** @since 0.1.0 */
 export * from "./domain/SyncErrors.js"
 /** @since 0.1.0 */
+export * as OutboxMetrics from "./programs/OutboxMetrics.js"
+/** @since 0.1.0 */
 export * as Handlers from "./services/Handlers.js"
 /** @since 0.1.0 */
 export * as IdempotencyStore from "./services/IdempotencyStore.js"

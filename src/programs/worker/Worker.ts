@@ -12,12 +12,14 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import type { OutboxConfigError, StorageNotReadyError, UnknownTransportError } from "../../domain/Errors.js"
+import { OutboxConfigError, type StorageNotReadyError, type UnknownTransportError } from "../../domain/Errors.js"
 import { Handlers } from "../../services/Handlers.js"
 import * as IdempotencyStore from "../../services/IdempotencyStore.js"
 import { RetryStrategy } from "../../services/RetryStrategy.js"
 import { Transport } from "../../services/Transport.js"
+import { TransportAdmin } from "../../services/TransportAdmin.js"
 import * as IdempotencyPurge from "../IdempotencyPurge.js"
+import * as OutboxMetrics from "../OutboxMetrics.js"
 import * as Acks from "./acks.js"
 import * as Heartbeat from "./heartbeat.js"
 import * as Limits from "./limits.js"
@@ -96,6 +98,7 @@ export const run = (
       rideOnClaims,
       Duration.decode(options.settleTimeout ?? "1 minute")
     )
+    const clock = yield* Effect.clock
     const state: RunState = {
       options: onEvent === undefined ? options : { ...options, onEvent },
       transport,
@@ -105,7 +108,9 @@ export const run = (
       acks,
       limits: Limits.make(options, yield* Clock.currentTimeMillis),
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds"),
-      watchdog: Watchdog.make(yield* Effect.clock, Duration.decode(options.handlerTimeout ?? "15 minutes")),
+      clock,
+      metrics: options.metrics !== false,
+      watchdog: Watchdog.make(clock, Duration.decode(options.handlerTimeout ?? "15 minutes")),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))
     }
     const store = yield* Effect.serviceOption(IdempotencyStore.IdempotencyStore)
@@ -116,7 +121,20 @@ export const run = (
         )
       )
     }
-    yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports))
+    const admin = yield* Effect.serviceOption(TransportAdmin)
+    if (options.sampleQueues !== undefined && Option.isNone(admin)) {
+      return yield* new OutboxConfigError({
+        message: "Worker option sampleQueues needs a TransportAdmin in context (PgTransport.layer provides one)"
+      })
+    }
+    if (options.sampleQueues !== undefined && Option.isSome(admin)) {
+      yield* Effect.forkScoped(
+        OutboxMetrics.sampleQueues(session.transports, options.sampleQueues).pipe(
+          Effect.provideService(TransportAdmin, admin.value)
+        )
+      )
+    }
+    yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports, state.metrics))
     yield* Effect.forkScoped(Watchdog.run(state.watchdog))
     const writer = yield* Effect.forkScoped(Acks.writer(acks, transport))
     const started = startedEvent(options, transport, session.transports)
@@ -144,7 +162,12 @@ export const run = (
     const reason = yield* Loop.run(state).pipe(
       Effect.tapError((error) =>
         error._tag === "TransportError"
-          ? Effect.logError("outbox worker: storage failure, restarting the loop", error)
+          ? Effect.zipRight(
+            Effect.sync(() => {
+              if (state.metrics) OutboxMetrics.loopRestarts.unsafeUpdate(1, [])
+            }),
+            Effect.logError("outbox worker: storage failure, restarting the loop", error)
+          )
           : Effect.void
       ),
       Effect.retry({ schedule: restartSchedule, while: (error) => error._tag === "TransportError" }),

@@ -14,6 +14,7 @@ import type { ReceivedMessage } from "../../domain/Envelope.js"
 import type { TransportError, UnknownTransportError } from "../../domain/Errors.js"
 import type * as Outcome from "../../domain/Outcome.js"
 import type { TransportShape } from "../../services/Transport.js"
+import * as OutboxMetrics from "../OutboxMetrics.js"
 import * as Acks from "./acks.js"
 import * as Handle from "./handle.js"
 import * as Limits from "./limits.js"
@@ -53,6 +54,12 @@ const write = (
   return Acks.settle(acks, row.transport, [row.id], stored).pipe(
     Effect.zipRight(Effect.suspend(() => {
       const error = `${outcome.error.tag}: ${outcome.error.message}`
+      if (state.metrics) {
+        ;(retry ? OutboxMetrics.retried : OutboxMetrics.failed).unsafeUpdate(
+          1,
+          OutboxMetrics.messageLabels(row.transport, outcome.type)
+        )
+      }
       if (retry) {
         limits.counts.retried++
         return Effect.logWarning(
@@ -102,7 +109,8 @@ export const process = (
   onStart: () => void
 ) =>
   Effect.suspend(() => {
-    const { acks, limits, options, registry, strategy, transport } = state
+    // The clock is read synchronously: the fiber's (a TestClock in tests), captured when the worker started.
+    const { acks, clock, limits, metrics, options, registry, strategy, transport } = state
     const onEvent = options.onEvent
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1))
     const countsDeliveries = state.countsDeliveries.get(name) ?? true
@@ -114,7 +122,8 @@ export const process = (
     const progress = watched.progress
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
-    const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined
+    const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined || metrics
+    const transportLabels = metrics ? OutboxMetrics.transportLabels(name) : []
 
     const record = (
       row: ReceivedMessage,
@@ -141,24 +150,29 @@ export const process = (
       }
     }
 
-    // Read synchronously: the fiber's clock (a TestClock in tests), captured when the worker started.
-    const clock = state.watchdog.clock
     const run = (row: ReceivedMessage, index: number, now: number, logs: MessageLogs.Slot | undefined) => {
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
       progress[index] = running
+      if (metrics) OutboxMetrics.messageAge.unsafeUpdate((now - row.createdAt.getTime()) / 1000, transportLabels)
       return Effect.flatMap(
         Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs),
         (outcome) => {
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
           if (progress[index] !== running) return Effect.void
           progress[index] = finished
+          const durationMs = timed ? clock.unsafeCurrentTimeMillis() - now : 0
+          if (metrics && outcome._tag !== "Release") {
+            const labels = OutboxMetrics.messageLabels(name, outcome.type)
+            OutboxMetrics.handlerDuration.unsafeUpdate(durationMs / 1000, labels)
+            if (outcome._tag === "Ack") OutboxMetrics.handled.unsafeUpdate(1, labels)
+          }
           // hot path: an ack without an event hook needs no effect at all
           if (outcome._tag === "Ack" && onEvent === undefined) {
             Acks.push(acks, name, row.id)
             limits.counts.handled++
             return Effect.void
           }
-          return Effect.uninterruptible(record(row, index, outcome, timed ? clock.unsafeCurrentTimeMillis() - now : 0))
+          return Effect.uninterruptible(record(row, index, outcome, durationMs))
         }
       )
     }

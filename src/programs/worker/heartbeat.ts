@@ -9,10 +9,16 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type { TransportShape } from "../../services/Transport.js"
+import * as OutboxMetrics from "../OutboxMetrics.js"
 import type { Acks } from "./acks.js"
 
 /** Runs until interrupted; nothing to do for transports without leases. @internal */
-export const run = (acks: Acks, transport: TransportShape, names: ReadonlyArray<string>): Effect.Effect<void> => {
+export const run = (
+  acks: Acks,
+  transport: TransportShape,
+  names: ReadonlyArray<string>,
+  metrics: boolean
+): Effect.Effect<void> => {
   const leased = names.filter((name) => Option.isSome(transport.lease(name)))
   const leases = leased.flatMap((name) => Option.toArray(transport.lease(name)).map(Duration.toMillis))
   if (leases.length === 0) return Effect.void
@@ -21,6 +27,9 @@ export const run = (acks: Acks, transport: TransportShape, names: ReadonlyArray<
     const held = acks.held.get(name)
     if (held === undefined || held.size === 0) return Effect.void
     return transport.keepalive(name, Array.from(held)).pipe(
+      Effect.tap(() => {
+        if (metrics) OutboxMetrics.leaseRenewals.unsafeUpdate(1, OutboxMetrics.transportLabels(name))
+      }),
       Effect.catchAll((error) => Effect.logWarning("outbox worker: lease renewal failed", error))
     )
   }, { discard: true })

@@ -13,6 +13,7 @@ import * as Option from "effect/Option"
 import type { ReceivedMessage } from "../../domain/Envelope.js"
 import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../domain/Errors.js"
 import type { Claimed } from "../../services/Transport.js"
+import * as OutboxMetrics from "../OutboxMetrics.js"
 import * as Acks from "./acks.js"
 import * as Batch from "./batch.js"
 import * as Limits from "./limits.js"
@@ -32,6 +33,7 @@ export const run = (state: RunState) => {
   const claim = (name: string, size: number) =>
     Effect.suspend(() => {
       const ids = Acks.takeForClaim(acks, name)
+      const sentAt = state.metrics ? state.clock.unsafeCurrentTimeMillis() : 0
       // The bookkeeping of both outcomes in one step (this is on the way to the handler): the acks of a failed
       // claim are queued again; the claimed messages are held (their leases renewed) from here on.
       return Effect.mapBoth(session.claim(name, size, ids), {
@@ -41,8 +43,14 @@ export const run = (state: RunState) => {
         },
         onSuccess: (claimed) => {
           if (ids.length > 0) Acks.settled(acks, name, ids)
-          if (claimed.messages.length > 0) Acks.hold(acks, name, claimed.messages)
-          else due.set(name, claimed.nextDue)
+          if (claimed.messages.length > 0) {
+            Acks.hold(acks, name, claimed.messages)
+            if (state.metrics) {
+              const labels = OutboxMetrics.transportLabels(name)
+              OutboxMetrics.claimDuration.unsafeUpdate((state.clock.unsafeCurrentTimeMillis() - sentAt) / 1000, labels)
+              OutboxMetrics.claimBatchSize.unsafeUpdate(claimed.messages.length, labels)
+            }
+          } else due.set(name, claimed.nextDue)
           return claimed
         }
       })

@@ -121,6 +121,14 @@ export interface WorkerOptions {
    * given back at once, without counting a delivery.
    */
   readonly handlerTimeout?: Duration.DurationInput
+  /** Update the `OutboxMetrics` counters and histograms (default `true`). */
+  readonly metrics?: boolean
+  /**
+   * Sample the queue gauges of `OutboxMetrics` (counts by state, oldest ready age) of the consumed transports at
+   * this interval, through the `TransportAdmin` in context (off by default: one process of a deployment is
+   * enough — each sample is one query per transport).
+   */
+  readonly sampleQueues?: Duration.DurationInput
   /**
    * Called when the worker starts, after each outcome is recorded, and when it stops. A hook that dies (throws)
    * is logged and the worker goes on.

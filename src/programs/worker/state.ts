@@ -3,6 +3,7 @@
  *
  * @internal
  */
+import type * as Clock from "effect/Clock"
 import type * as Duration from "effect/Duration"
 import type { HandlersShape } from "../../services/Handlers.js"
 import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
@@ -22,6 +23,10 @@ export interface RunState {
   readonly acks: Acks
   readonly limits: Limits
   readonly shutdownTimeout: Duration.Duration
+  /** The fiber's clock (a TestClock in tests), read synchronously on the hot path. */
+  readonly clock: Clock.Clock
+  /** Whether the worker updates `OutboxMetrics`. */
+  readonly metrics: boolean
   /** Enforces the handlers' timeouts. */
   readonly watchdog: Watchdog
   /** Per transport: whether claims count deliveries (poison detection applies). */

@@ -1,0 +1,248 @@
+/**
+ * The worker's metrics, as Effect `Metric`s in the global registry: any Effect metrics exporter (the
+ * `MetricsServer`'s Prometheus endpoint, `@effect/opentelemetry`'s OTLP) publishes them. Names follow the
+ * Prometheus conventions (base units, `_total` added by the exporter to counters); labels are `transport` and,
+ * per message, `type`.
+ *
+ * @since 0.1.0
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as MetricBoundaries from "effect/MetricBoundaries"
+import type * as MetricLabel from "effect/MetricLabel"
+import * as MetricLabelModule from "effect/MetricLabel"
+import * as Schedule from "effect/Schedule"
+import type { TransportError, UnknownTransportError } from "../domain/Errors.js"
+import { TransportAdmin } from "../services/TransportAdmin.js"
+
+/** Seconds, from 5 ms to 10 s: OpenTelemetry's messaging duration buckets. */
+const durationBuckets = MetricBoundaries.fromIterable([
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.075,
+  0.1,
+  0.25,
+  0.5,
+  0.75,
+  1,
+  2.5,
+  5,
+  7.5,
+  10
+])
+
+/**
+ * Messages whose handlers all succeeded (acked), by `transport` and `type`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const handled = Metric.counter("outbox_messages_handled", {
+  description: "Messages whose handlers all succeeded and that were acked"
+})
+
+/**
+ * Messages scheduled for a retry, by `transport` and `type`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const retried = Metric.counter("outbox_messages_retried", { description: "Messages scheduled for a retry" })
+
+/**
+ * Messages moved to the failure queue, by `transport` and `type`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const failed = Metric.counter("outbox_messages_failed", {
+  description: "Messages moved to the failure queue"
+})
+
+/**
+ * How long a message's handlers ran, in seconds, by `transport` and `type`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const handlerDuration = Metric.histogram(
+  "outbox_handler_duration_seconds",
+  durationBuckets,
+  "How long a message's handlers ran"
+)
+
+/**
+ * From the message's commit (`created_at`) to its handlers' start, in seconds, by `transport`: includes any
+ * delay and the retries before this delivery.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const messageAge = Metric.histogram(
+  "outbox_message_age_at_start_seconds",
+  MetricBoundaries.exponential({ start: 0.001, factor: 4, count: 12 }),
+  "From a message's commit to its handlers' start"
+)
+
+/**
+ * The round trip of a claim that found messages, in seconds, by `transport`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const claimDuration = Metric.histogram(
+  "outbox_claim_duration_seconds",
+  durationBuckets,
+  "The round trip of a claim that found messages"
+)
+
+/**
+ * The number of messages a claim found, by `transport`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const claimBatchSize = Metric.histogram(
+  "outbox_claim_batch_size",
+  MetricBoundaries.fromIterable([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]),
+  "The number of messages a claim found"
+)
+
+/**
+ * Lease renewals written (one per transport per heartbeat that held messages), by `transport`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const leaseRenewals = Metric.counter("outbox_lease_renewals", { description: "Lease renewals written" })
+
+/**
+ * Restarts of the worker's loop after a storage failure (the database down, connections killed).
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const loopRestarts = Metric.counter("outbox_worker_loop_restarts", {
+  description: "Restarts of the worker's loop after a storage failure"
+})
+
+/**
+ * Messages of a transport by `state`: `ready`, `delayed`, `in_flight`, `failed` — sampled (`sampleQueues`).
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const queueMessages = Metric.gauge("outbox_queue_messages", {
+  description: "Messages of a transport by state, sampled"
+})
+
+/**
+ * The age of the oldest ready message of a transport, in seconds (0 when none is ready) — sampled. The signal
+ * to alert on: it grows when the workers fall behind or stop.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const oldestReadyAge = Metric.gauge("outbox_queue_oldest_ready_age_seconds", {
+  description: "The age of the oldest ready message of a transport, sampled"
+})
+
+/** Labels by transport, made once: a metric caches its hook per labels array (see `labels`). */
+const byTransport = new Map<string, ReadonlyArray<MetricLabel.MetricLabel>>()
+const byType = new Map<string, Map<string, ReadonlyArray<MetricLabel.MetricLabel>>>()
+
+/**
+ * The labels of a transport, the same array every time: Effect's metrics find their hook by the array's identity,
+ * so an update with it costs a lookup, not a new key.
+ *
+ * @internal
+ */
+export const transportLabels = (transport: string): ReadonlyArray<MetricLabel.MetricLabel> => {
+  let labels = byTransport.get(transport)
+  if (labels === undefined) {
+    labels = [MetricLabelModule.make("transport", transport)]
+    byTransport.set(transport, labels)
+  }
+  return labels
+}
+
+/**
+ * The labels of a transport and a message type, the same array every time (see `transportLabels`).
+ *
+ * @internal
+ */
+export const messageLabels = (transport: string, type: string): ReadonlyArray<MetricLabel.MetricLabel> => {
+  let types = byType.get(transport)
+  if (types === undefined) {
+    types = new Map()
+    byType.set(transport, types)
+  }
+  let labels = types.get(type)
+  if (labels === undefined) {
+    labels = [MetricLabelModule.make("transport", transport), MetricLabelModule.make("type", type)]
+    types.set(type, labels)
+  }
+  return labels
+}
+
+const states = ["ready", "delayed", "in_flight", "failed"] as const
+const stateLabels = new Map<string, Record<(typeof states)[number], ReadonlyArray<MetricLabel.MetricLabel>>>()
+
+const queueLabels = (transport: string) => {
+  let labels = stateLabels.get(transport)
+  if (labels === undefined) {
+    const of = (
+      state: string
+    ) => [MetricLabelModule.make("transport", transport), MetricLabelModule.make("state", state)]
+    labels = { ready: of("ready"), delayed: of("delayed"), in_flight: of("in_flight"), failed: of("failed") }
+    stateLabels.set(transport, labels)
+  }
+  return labels
+}
+
+/**
+ * Samples the queue gauges of these transports once, through `TransportAdmin.stats` (the operator's view: one
+ * query per transport).
+ *
+ * @since 0.1.0
+ * @category sampling
+ */
+export const sampleQueuesOnce = (
+  transports: ReadonlyArray<string>
+): Effect.Effect<void, TransportError | UnknownTransportError, TransportAdmin> =>
+  Effect.flatMap(
+    TransportAdmin,
+    (admin) =>
+      Effect.forEach(transports, (transport) =>
+        Effect.map(admin.stats(transport), (stats) => {
+          const labels = queueLabels(transport)
+          queueMessages.unsafeUpdate(stats.ready, labels.ready)
+          queueMessages.unsafeUpdate(stats.delayed, labels.delayed)
+          queueMessages.unsafeUpdate(stats.inFlight, labels.in_flight)
+          queueMessages.unsafeUpdate(stats.failed, labels.failed)
+          oldestReadyAge.unsafeUpdate(
+            stats.oldestReadyAgeMs === null ? 0 : stats.oldestReadyAgeMs / 1000,
+            transportLabels(transport)
+          )
+        }), { discard: true })
+  )
+
+/**
+ * Samples the queue gauges every `every` (default 15 seconds) until interrupted; a failed sample is logged and
+ * the next one tried. Run it in one process per deployment (one query per transport each time), not per claim.
+ *
+ * @since 0.1.0
+ * @category sampling
+ */
+export const sampleQueues = (
+  transports: ReadonlyArray<string>,
+  every: Duration.DurationInput = "15 seconds"
+): Effect.Effect<never, never, TransportAdmin> =>
+  sampleQueuesOnce(transports).pipe(
+    Effect.catchAll((error) => Effect.logWarning("outbox metrics: sampling the queues failed", error)),
+    Effect.repeat(Schedule.spaced(Duration.decode(every))),
+    Effect.zipRight(Effect.never)
+  )
