@@ -1,8 +1,8 @@
 /**
  * The worker's metrics, as Effect `Metric`s in the global registry: any Effect metrics exporter (the
  * `MetricsServer`'s Prometheus endpoint, `@effect/opentelemetry`'s OTLP) publishes them. Names follow the
- * Prometheus conventions (base units, `_total` added by the exporter to counters); labels are `transport` and,
- * per message, `type`.
+ * Prometheus conventions (base units, `_total` added by the exporter to counters, which are `incremental` so that
+ * they export as counters, not gauges); labels are `transport` and, per message, `type`.
  *
  * @since 0.1.0
  */
@@ -41,7 +41,8 @@ const durationBuckets = MetricBoundaries.fromIterable([
  * @category metrics
  */
 export const handled = Metric.counter("outbox_messages_handled", {
-  description: "Messages whose handlers all succeeded and that were acked"
+  description: "Messages whose handlers all succeeded and that were acked",
+  incremental: true
 })
 
 /**
@@ -50,7 +51,10 @@ export const handled = Metric.counter("outbox_messages_handled", {
  * @since 0.1.0
  * @category metrics
  */
-export const retried = Metric.counter("outbox_messages_retried", { description: "Messages scheduled for a retry" })
+export const retried = Metric.counter("outbox_messages_retried", {
+  description: "Messages scheduled for a retry",
+  incremental: true
+})
 
 /**
  * Messages moved to the failure queue, by `transport` and `type`.
@@ -59,7 +63,8 @@ export const retried = Metric.counter("outbox_messages_retried", { description: 
  * @category metrics
  */
 export const failed = Metric.counter("outbox_messages_failed", {
-  description: "Messages moved to the failure queue"
+  description: "Messages moved to the failure queue",
+  incremental: true
 })
 
 /**
@@ -117,7 +122,10 @@ export const claimBatchSize = Metric.histogram(
  * @since 0.1.0
  * @category metrics
  */
-export const leaseRenewals = Metric.counter("outbox_lease_renewals", { description: "Lease renewals written" })
+export const leaseRenewals = Metric.counter("outbox_lease_renewals", {
+  description: "Lease renewals written",
+  incremental: true
+})
 
 /**
  * Restarts of the worker's loop after a storage failure (the database down, connections killed).
@@ -126,7 +134,8 @@ export const leaseRenewals = Metric.counter("outbox_lease_renewals", { descripti
  * @category metrics
  */
 export const loopRestarts = Metric.counter("outbox_worker_loop_restarts", {
-  description: "Restarts of the worker's loop after a storage failure"
+  description: "Restarts of the worker's loop after a storage failure",
+  incremental: true
 })
 
 /**
