@@ -1,8 +1,8 @@
 /**
  * effect-outbox: a transactional outbox and message worker for Effect 3 on PostgreSQL. The command line
- * (`effect-outbox/Cli`), the RabbitMQ transport (`effect-outbox/AmqpTransport`) and the conformance suites
- * (`effect-outbox/testing`) are subpaths of their own, so importing the root loads neither `@effect/cli` nor
- * `amqplib`.
+ * (`effect-outbox/Cli`), the RabbitMQ transport (`effect-outbox/AmqpTransport`), the metrics endpoint
+ * (`effect-outbox/MetricsServer`) and the conformance suites (`effect-outbox/testing`) are subpaths of their own,
+ * so importing the root loads neither `@effect/cli`, `amqplib` nor OpenTelemetry.
  *
  * @since 0.1.0
  */
@@ -30,7 +30,11 @@ export * as Routing from "./domain/Routing.js"
 /** @since 0.1.0 */
 export * from "./domain/SyncErrors.js"
 /** @since 0.1.0 */
+export * as HealthStatus from "./programs/observability/HealthStatus.js"
+/** @since 0.1.0 */
 export * as OutboxMetrics from "./programs/OutboxMetrics.js"
+/** @since 0.1.0 */
+export * as WorkerHealth from "./programs/WorkerHealth.js"
 /** @since 0.1.0 */
 export * as Handlers from "./services/Handlers.js"
 /** @since 0.1.0 */

@@ -318,7 +318,19 @@ const fail = (headers: Headers.Headers, transport: string, error: Headers.ErrorD
   headers: Headers.patch(headers, { errorDetails: error, originalTransport: headers.originalTransport ?? transport })
 })
 
-const retry = (headers: Headers.Headers, error: Headers.ErrorDetails, delay: Duration.Duration): Outcome => {
+/**
+ * The longest retry delay written: the row's `available_at` must stay a time PostgreSQL and JavaScript can hold,
+ * whatever a hostile history (`lastDelay`) or an infinite `retryDelay` asks for.
+ */
+const maxRetryDelayMs = Duration.toMillis(Duration.days(3650))
+
+const storable = (delay: Duration.Duration): Duration.Duration => {
+  const ms = Duration.toMillis(delay)
+  return ms >= 0 && ms <= maxRetryDelayMs ? delay : Duration.millis(ms > 0 ? maxRetryDelayMs : 0)
+}
+
+const retry = (headers: Headers.Headers, error: Headers.ErrorDetails, wanted: Duration.Duration): Outcome => {
+  const delay = storable(wanted)
   const attempt = nextAttempt(headers)
   return {
     _tag: "Retry",

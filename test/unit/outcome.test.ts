@@ -186,6 +186,26 @@ describe("Outcome.decide", () => {
     expect(fail._tag === "Fail" && fail.headers.handledBy).toEqual(["audit"])
   })
 
+  it("never writes a retry delay a row cannot store: a hostile last delay, an infinite retryDelay", () => {
+    const hostile = new Headers.Headers({
+      type: "OrderPaid",
+      redeliveries: [
+        new Headers.Redelivery({ retryCount: 2, delayMs: 8638203843294134, errorTag: "", errorMessage: "__proto__" })
+      ]
+    })
+    const tenYears = Duration.toMillis(Duration.days(3650))
+    for (
+      const error of [
+        new RecoverableMessageHandlingError({ message: "again" }),
+        new RecoverableMessageHandlingError({ message: "again", retryDelay: Duration.infinity })
+      ]
+    ) {
+      const outcome = Outcome.decide(failed(error), "outbox", hostile, Option.none())
+      expect(outcome._tag === "Retry" && Duration.toMillis(outcome.delay)).toBe(tenYears)
+      expect(outcome._tag === "Retry" && outcome.headers.redeliveries?.at(-1)?.delayMs).toBe(tenYears)
+    }
+  })
+
   it("keeps the original transport of a message that failed before", () => {
     const again = new Headers.Headers({ type: "OrderPaid", originalTransport: "shipping" })
     const outcome = Outcome.decide(

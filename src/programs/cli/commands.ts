@@ -9,15 +9,18 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { TransportStats } from "../../domain/Envelope.js"
+import { describeError } from "../../internal/describeError.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
 import { Transport } from "../../services/Transport.js"
 import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
+import * as WorkerHealth from "../WorkerHealth.js"
 import { Deployment, type Environment } from "./environment.js"
 import { formatAge, headline, parseDurationMs, renderTable, truncate } from "./format.js"
 import {
+  CliError,
   dsn,
   fail,
   format,
@@ -61,7 +64,16 @@ const consumeOptions = {
     Options.withDescription("Seconds one handler run may take before it is interrupted and its message retried"),
     withShownDefault(900)
   ),
-  verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration"))
+  verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration")),
+  metricsPort: Options.integer("metrics-port").pipe(
+    Options.withDescription("Serve /metrics, /healthz and /readyz on this port (and sample the queue gauges)"),
+    Options.mapEffect((n) =>
+      n >= 0 && n <= 65535
+        ? Effect.succeed(n)
+        : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--metrics-port must be a port (0–65535), got ${n}`)))
+    ),
+    Options.optional
+  )
 }
 
 /** The parsed options of `consume`. */
@@ -87,6 +99,34 @@ const workerOptions = (o: ConsumeOptions & { readonly transports: ReadonlyArray<
       ...optional(o.memoryLimit, (memoryLimit) => ({ memoryLimit }))
     } satisfies Worker.WorkerOptions
   })
+
+/**
+ * Runs the worker with the metrics endpoint on `port` (its probes are the worker's health) and the queue gauges
+ * sampled. The endpoint's module is loaded only here: the OpenTelemetry packages it needs are optional.
+ */
+const withMetricsEndpoint = <A, E, R>(
+  port: number,
+  run: (observed: Partial<Worker.WorkerOptions>) => Effect.Effect<A, E, R>
+) =>
+  Effect.gen(function*() {
+    const MetricsServer = yield* Effect.tryPromise({
+      try: () => import("../observability/MetricsServer.js"),
+      catch: (error) =>
+        new CliError({
+          message: `--metrics-port needs the OpenTelemetry packages (README, "Metrics endpoint"): ${
+            describeError(error)
+          }`
+        })
+    })
+    const health = WorkerHealth.make()
+    const server = yield* MetricsServer.make({ port, live: health.live, ready: health.ready }).pipe(
+      Effect.mapError((error) => new CliError({ message: error.message }))
+    )
+    yield* Console.log(
+      `[OK] Serving /metrics, /healthz and /readyz on http://${server.address.host}:${server.address.port}.`
+    )
+    return yield* run({ health, sampleQueues: "15 seconds" })
+  }).pipe(Effect.scoped)
 
 /** The `-v` line of one message: id, type, outcome, duration, and for a failure its tag and most useful line. */
 const eventLine = (event: Extract<Worker.WorkerEvent, { readonly _tag: "Handled" | "Retried" | "Failed" }>): string =>
@@ -158,14 +198,20 @@ export const make = (options: CliOptions, environment: Environment) => {
           const worker = yield* workerOptions(o)
           yield* Console.log(`[OK] Consuming messages from transport(s) "${o.transports.join(", ")}".`)
           yield* Console.log("// Quit the worker with CONTROL-C (it finishes the messages in flight).")
-          const summary = yield* Worker.run({
-            ...worker,
-            ...(o.verbose ?
-              {
-                onEvent: (event: Worker.WorkerEvent) =>
-                  event._tag === "Started" || event._tag === "Stopped" ? Effect.void : Console.log(eventLine(event))
-              } :
-              {})
+          const run = (observed: Partial<Worker.WorkerOptions>) =>
+            Worker.run({
+              ...worker,
+              ...observed,
+              ...(o.verbose ?
+                {
+                  onEvent: (event: Worker.WorkerEvent) =>
+                    event._tag === "Started" || event._tag === "Stopped" ? Effect.void : Console.log(eventLine(event))
+                } :
+                {})
+            })
+          const summary = yield* Option.match(o.metricsPort, {
+            onNone: () => run({}),
+            onSome: (port) => withMetricsEndpoint(port, run)
           })
           yield* Console.log(
             `Worker stopped (${summary.stoppedBy}): handled ${summary.handled}, retried ${summary.retried}, ` +

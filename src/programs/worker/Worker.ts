@@ -110,6 +110,7 @@ export const run = (
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds"),
       clock,
       metrics: options.metrics !== false,
+      health: options.health?.track,
       watchdog: Watchdog.make(clock, Duration.decode(options.handlerTimeout ?? "15 minutes")),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))
     }
@@ -134,9 +135,16 @@ export const run = (
         )
       )
     }
-    yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports, state.metrics))
+    yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports, state))
     yield* Effect.forkScoped(Watchdog.run(state.watchdog))
     const writer = yield* Effect.forkScoped(Acks.writer(acks, transport))
+    if (state.health !== undefined) {
+      if (Number.isNaN(state.health.stallAfterMs)) {
+        state.health.stallAfterMs = Duration.toMillis(Duration.decode(options.handlerTimeout ?? "15 minutes")) + 60_000
+      }
+      state.health.stopped = undefined
+      state.health.progressAt = clock.unsafeCurrentTimeMillis()
+    }
     const started = startedEvent(options, transport, session.transports)
     yield* Effect.logInfo(startedLine(started))
     if (onEvent !== undefined) yield* onEvent(started)
@@ -149,6 +157,7 @@ export const run = (
           ? stoppedBy
           : Limits.describe(state.limits, stoppedBy)
         const line = stoppedLine(event, why)
+        if (state.health !== undefined) state.health.stopped = `the worker stopped (${why})`
         return Effect.zipRight(
           failure === undefined ? Effect.logInfo(line) : Effect.logError(line),
           onEvent === undefined ? Effect.void : onEvent(event)
@@ -165,6 +174,7 @@ export const run = (
           ? Effect.zipRight(
             Effect.sync(() => {
               if (state.metrics) OutboxMetrics.loopRestarts.unsafeUpdate(1, [])
+              if (state.health !== undefined) state.health.notReady = `storage failure: ${error.message}`
             }),
             Effect.logError("outbox worker: storage failure, restarting the loop", error)
           )

@@ -122,7 +122,8 @@ export const process = (
     const progress = watched.progress
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
-    const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined || metrics
+    const health = state.health
+    const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined || metrics || health !== undefined
     const transportLabels = metrics ? OutboxMetrics.transportLabels(name) : []
 
     const record = (
@@ -160,7 +161,9 @@ export const process = (
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
           if (progress[index] !== running) return Effect.void
           progress[index] = finished
-          const durationMs = timed ? clock.unsafeCurrentTimeMillis() - now : 0
+          const end = timed ? clock.unsafeCurrentTimeMillis() : 0
+          const durationMs = end - now
+          if (health !== undefined) health.progressAt = end
           if (metrics && outcome._tag !== "Release") {
             const labels = OutboxMetrics.messageLabels(name, outcome.type)
             OutboxMetrics.handlerDuration.unsafeUpdate(durationMs / 1000, labels)

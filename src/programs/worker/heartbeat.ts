@@ -11,13 +11,14 @@ import * as Schedule from "effect/Schedule"
 import type { TransportShape } from "../../services/Transport.js"
 import * as OutboxMetrics from "../OutboxMetrics.js"
 import type { Acks } from "./acks.js"
+import type { RunState } from "./state.js"
 
 /** Runs until interrupted; nothing to do for transports without leases. @internal */
 export const run = (
   acks: Acks,
   transport: TransportShape,
   names: ReadonlyArray<string>,
-  metrics: boolean
+  state: Pick<RunState, "metrics">
 ): Effect.Effect<void> => {
   const leased = names.filter((name) => Option.isSome(transport.lease(name)))
   const leases = leased.flatMap((name) => Option.toArray(transport.lease(name)).map(Duration.toMillis))
@@ -28,7 +29,7 @@ export const run = (
     if (held === undefined || held.size === 0) return Effect.void
     return transport.keepalive(name, Array.from(held)).pipe(
       Effect.tap(() => {
-        if (metrics) OutboxMetrics.leaseRenewals.unsafeUpdate(1, OutboxMetrics.transportLabels(name))
+        if (state.metrics) OutboxMetrics.leaseRenewals.unsafeUpdate(1, OutboxMetrics.transportLabels(name))
       }),
       Effect.catchAll((error) => Effect.logWarning("outbox worker: lease renewal failed", error))
     )

@@ -43,6 +43,10 @@ export const run = (state: RunState) => {
         },
         onSuccess: (claimed) => {
           if (ids.length > 0) Acks.settled(acks, name, ids)
+          if (state.health !== undefined) {
+            state.health.progressAt = state.clock.unsafeCurrentTimeMillis()
+            state.health.notReady = undefined
+          }
           if (claimed.messages.length > 0) {
             Acks.hold(acks, name, claimed.messages)
             if (state.metrics) {
@@ -131,6 +135,7 @@ export const run = (state: RunState) => {
         const gaveBack = yield* Batch.process(state, runner, name, batch, () => {
           inHand = undefined
         })
+        if (state.health !== undefined) state.health.progressAt = clock.unsafeCurrentTimeMillis()
         // A claim made before messages went back may have found none: it says nothing of what is ready now.
         if (gaveBack > 0) yield* forgetIfEmpty(name)
         break
@@ -148,6 +153,7 @@ export const run = (state: RunState) => {
           if (next !== undefined && Option.isSome(next)) waitMs = Math.min(waitMs, Duration.toMillis(next.value))
         }
         yield* session.wait(Duration.millis(Math.max(0, waitMs)))
+        if (state.health !== undefined) state.health.progressAt = clock.unsafeCurrentTimeMillis()
       }
     }
   }).pipe(

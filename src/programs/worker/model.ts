@@ -7,6 +7,7 @@ import * as Data from "effect/Data"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
 import type * as Headers from "../../domain/Headers.js"
+import type { WorkerHealth } from "../WorkerHealth.js"
 
 /**
  * What the worker reports: its start, each message's outcome, and its stop.
@@ -121,6 +122,8 @@ export interface WorkerOptions {
    * given back at once, without counting a delivery.
    */
   readonly handlerTimeout?: Duration.DurationInput
+  /** Where the worker reports its health for probes (`WorkerHealth.make()`). */
+  readonly health?: WorkerHealth
   /** Update the `OutboxMetrics` counters and histograms (default `true`). */
   readonly metrics?: boolean
   /**

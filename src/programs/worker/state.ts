@@ -8,6 +8,7 @@ import type * as Duration from "effect/Duration"
 import type { HandlersShape } from "../../services/Handlers.js"
 import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
 import type { Session, TransportShape } from "../../services/Transport.js"
+import type { Tracker } from "../WorkerHealth.js"
 import type { Acks } from "./acks.js"
 import type { Limits } from "./limits.js"
 import type { WorkerOptions } from "./model.js"
@@ -25,6 +26,8 @@ export interface RunState {
   readonly shutdownTimeout: Duration.Duration
   /** The fiber's clock (a TestClock in tests), read synchronously on the hot path. */
   readonly clock: Clock.Clock
+  /** Where the worker reports progress and readiness, when asked to. */
+  readonly health: Tracker | undefined
   /** Whether the worker updates `OutboxMetrics`. */
   readonly metrics: boolean
   /** Enforces the handlers' timeouts. */
