@@ -100,7 +100,14 @@ export const consume = (
   return Effect.runPromise(
     Effect.gen(function*() {
       const context = yield* Layer.build(layer)
-      const result = yield* Worker.run({ transports: [queue], batchSize: options.batchSize, stopWhenEmpty: true }).pipe(
+      // METRICS=off: the worker without its metrics (to measure what they cost)
+      const metrics = process.env.METRICS === "off" ? { metrics: false } : {}
+      const result = yield* Worker.run({
+        transports: [queue],
+        batchSize: options.batchSize,
+        stopWhenEmpty: true,
+        ...metrics
+      }).pipe(
         Effect.provide(context),
         Effect.timeoutOption(Duration.millis(options.capMs))
       )

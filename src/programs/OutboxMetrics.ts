@@ -12,7 +12,6 @@ import * as Metric from "effect/Metric"
 import * as MetricBoundaries from "effect/MetricBoundaries"
 import type * as MetricLabel from "effect/MetricLabel"
 import * as MetricLabelModule from "effect/MetricLabel"
-import * as Schedule from "effect/Schedule"
 import type { TransportError, UnknownTransportError } from "../domain/Errors.js"
 import { TransportAdmin } from "../services/TransportAdmin.js"
 
@@ -240,8 +239,10 @@ export const sampleQueuesOnce = (
   )
 
 /**
- * Samples the queue gauges every `every` (default 15 seconds) until interrupted; a failed sample is logged and
- * the next one tried. Run it in one process per deployment (one query per transport each time), not per claim.
+ * Samples the queue gauges now, then every `every` (default 15 seconds) until interrupted; a failed sample is
+ * logged and the next one tried. Run it in one process per deployment (one query per transport each time), not
+ * per claim. `Worker.run({ sampleQueues })` takes the first sample before it claims, so the gauges exist from the
+ * worker's start.
  *
  * @since 0.1.0
  * @category sampling
@@ -250,8 +251,20 @@ export const sampleQueues = (
   transports: ReadonlyArray<string>,
   every: Duration.DurationInput = "15 seconds"
 ): Effect.Effect<never, never, TransportAdmin> =>
+  Effect.zipRight(sampleQueuesLogged(transports), sampleQueuesLater(transports, every))
+
+/** One sample; a failure is logged. @internal */
+export const sampleQueuesLogged = (transports: ReadonlyArray<string>) =>
   sampleQueuesOnce(transports).pipe(
-    Effect.catchAll((error) => Effect.logWarning("outbox metrics: sampling the queues failed", error)),
-    Effect.repeat(Schedule.spaced(Duration.decode(every))),
-    Effect.zipRight(Effect.never)
+    Effect.catchAll((error) => Effect.logWarning("outbox metrics: sampling the queues failed", error))
+  )
+
+/** A sample every `every`, the first after one interval. @internal */
+export const sampleQueuesLater = (
+  transports: ReadonlyArray<string>,
+  every: Duration.DurationInput
+): Effect.Effect<never, never, TransportAdmin> =>
+  sampleQueuesLogged(transports).pipe(
+    Effect.delay(Duration.decode(every)),
+    Effect.forever
   )

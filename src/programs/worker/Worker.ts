@@ -129,8 +129,11 @@ export const run = (
       })
     }
     if (options.sampleQueues !== undefined && Option.isSome(admin)) {
+      yield* OutboxMetrics.sampleQueuesLogged(session.transports).pipe(
+        Effect.provideService(TransportAdmin, admin.value)
+      )
       yield* Effect.forkScoped(
-        OutboxMetrics.sampleQueues(session.transports, options.sampleQueues).pipe(
+        OutboxMetrics.sampleQueuesLater(session.transports, options.sampleQueues).pipe(
           Effect.provideService(TransportAdmin, admin.value)
         )
       )
