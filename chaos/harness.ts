@@ -105,7 +105,8 @@ export const prepare = (url: string, config: Pick<WorkerConfig, "leaseMs" | "amq
 /** The worker processes of a scenario. */
 export interface Fleet {
   /** SIGKILLs one worker, picked at random, waits for its death and starts another. */
-  readonly killOne: (rng: Random) => Effect.Effect<void>
+  /** SIGKILLs one worker that is up and starts it again; `false` when none was up. */
+  readonly killOne: (rng: Random) => Effect.Effect<boolean>
   /** Until every worker has built its layers (connected to the database). */
   readonly ready: Effect.Effect<void, Error>
   /**
@@ -146,6 +147,8 @@ interface Slot {
   /** Resolves once a process of the slot has built its layers (printed READY). */
   readonly ready: Promise<void>
   readonly markReady: () => void
+  /** The slot's current process has printed READY (a process still starting is not killed: see `killOne`). */
+  up: boolean
 }
 
 /**
@@ -160,7 +163,7 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
     const slots: Array<Slot> = configs.map((config) => {
       let markReady = () => {}
       const ready = new Promise<void>((resolve) => (markReady = resolve))
-      return { config, expected: false, ready, markReady }
+      return { config, expected: false, ready, markReady, up: false }
     })
 
     const startSlot = (slot: Slot) => {
@@ -170,6 +173,7 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
         { cwd: root, stdio: ["pipe", "pipe", "pipe"] }
       )
       stats.started++
+      slot.up = false
       let tail = ""
       const lines = () => {
         let partial = ""
@@ -178,7 +182,10 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
           const parts = (partial + chunk).split("\n")
           partial = parts.pop()!
           for (const line of parts) {
-            if (line === "READY") slot.markReady()
+            if (line === "READY") {
+              slot.up = true
+              slot.markReady()
+            }
             for (const [name, words] of Object.entries(logged)) {
               if (line.includes(words)) stats[name as keyof typeof logged]++
             }
@@ -228,16 +235,21 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
 
     yield* Effect.acquireRelease(Effect.sync(() => slots.forEach(startSlot)), () => stopAll)
 
+    // Only workers that are up are killed: on a busy machine a restarted worker can take longer to start than the
+    // pause between kills, and a storm that kills workers before they start tests nothing but the machine's speed.
     const killOne = (rng: Random) =>
       Effect.promise(async () => {
-        const live = slots.filter((s) => s.proc !== undefined && s.proc.exitCode === null && s.proc.signalCode === null)
-        if (live.length === 0 || stopping) return
+        const live = slots.filter((s) =>
+          s.up && s.proc !== undefined && s.proc.exitCode === null && s.proc.signalCode === null
+        )
+        if (live.length === 0 || stopping) return false
         const slot = live[rng.between(0, live.length - 1)]!
         slot.expected = true
         slot.proc!.kill("SIGKILL")
         stats.kills++
         await slot.exited
         if (!stopping) startSlot(slot)
+        return true
       }).pipe(Effect.uninterruptible)
 
     const ready = Effect.promise(() => Promise.all(slots.map((s) => s.ready))).pipe(

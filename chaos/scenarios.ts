@@ -290,7 +290,7 @@ export const scenarios: ReadonlyArray<Scenario> = [
           Effect.suspend(() =>
             Effect.sleep(ctx.rng.between(...ctx.env.sizes.killEveryMs)).pipe(
               Effect.zipRight(ctx.fleet.killOne(ctx.rng)),
-              Effect.zipRight(Effect.sync(ctx.injected))
+              Effect.flatMap((killed) => killed ? Effect.sync(ctx.injected) : Effect.void)
             )
           )
         )
