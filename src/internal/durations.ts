@@ -1,6 +1,7 @@
 /**
- * Durations given as options, checked: `Duration.decode` reads `NaN` and negative numbers as zero and accepts
- * `Infinity`, which would hide a mistake where a bound is meant.
+ * Option values that are durations: checked where a bound is meant (`Duration.decode` reads `NaN` and negative
+ * numbers as zero and accepts `Infinity`, which would hide the mistake), and shown in error messages (a bigint or
+ * a cyclic value never makes the message throw).
  *
  * @internal
  */

@@ -158,58 +158,33 @@ export const oldestReadyAge = Metric.gauge("outbox_queue_oldest_ready_age_second
   description: "The age of the oldest ready message of a transport, sampled"
 })
 
-/** Labels by transport, made once: a metric caches its hook per labels array (see `labels`). */
-const byTransport = new Map<string, ReadonlyArray<MetricLabel.MetricLabel>>()
-const byType = new Map<string, Map<string, ReadonlyArray<MetricLabel.MetricLabel>>>()
+/** The labels arrays handed out: by transport, by the second label's name ("" for none), by its value. */
+const labelsCache = new Map<string, Map<string, Map<string, ReadonlyArray<MetricLabel.MetricLabel>>>>()
 
 /**
- * The labels of a transport, the same array every time: Effect's metrics find their hook by the array's identity,
- * so an update with it costs a lookup, not a new key.
- *
- * @internal
+ * The labels `transport` (and `name=value` when `name` is not ""), the same array every time: Effect's metrics find
+ * their hook by the array's identity, so an update with it costs a few map lookups and allocates nothing.
  */
-export const transportLabels = (transport: string): ReadonlyArray<MetricLabel.MetricLabel> => {
-  let labels = byTransport.get(transport)
+const labelsOf = (transport: string, name = "", value = ""): ReadonlyArray<MetricLabel.MetricLabel> => {
+  let byName = labelsCache.get(transport)
+  if (byName === undefined) labelsCache.set(transport, byName = new Map())
+  let byValue = byName.get(name)
+  if (byValue === undefined) byName.set(name, byValue = new Map())
+  let labels = byValue.get(value)
   if (labels === undefined) {
-    labels = [MetricLabelModule.make("transport", transport)]
-    byTransport.set(transport, labels)
+    const first = MetricLabelModule.make("transport", transport)
+    labels = name === "" ? [first] : [first, MetricLabelModule.make(name, value)]
+    byValue.set(value, labels)
   }
   return labels
 }
 
-/**
- * The labels of a transport and a message type, the same array every time (see `transportLabels`).
- *
- * @internal
- */
-export const messageLabels = (transport: string, type: string): ReadonlyArray<MetricLabel.MetricLabel> => {
-  let types = byType.get(transport)
-  if (types === undefined) {
-    types = new Map()
-    byType.set(transport, types)
-  }
-  let labels = types.get(type)
-  if (labels === undefined) {
-    labels = [MetricLabelModule.make("transport", transport), MetricLabelModule.make("type", type)]
-    types.set(type, labels)
-  }
-  return labels
-}
+/** The labels of a transport, the same array every time (see `labelsOf`). @internal */
+export const transportLabels = (transport: string): ReadonlyArray<MetricLabel.MetricLabel> => labelsOf(transport)
 
-const states = ["ready", "delayed", "in_flight", "failed"] as const
-const stateLabels = new Map<string, Record<(typeof states)[number], ReadonlyArray<MetricLabel.MetricLabel>>>()
-
-const queueLabels = (transport: string) => {
-  let labels = stateLabels.get(transport)
-  if (labels === undefined) {
-    const of = (
-      state: string
-    ) => [MetricLabelModule.make("transport", transport), MetricLabelModule.make("state", state)]
-    labels = { ready: of("ready"), delayed: of("delayed"), in_flight: of("in_flight"), failed: of("failed") }
-    stateLabels.set(transport, labels)
-  }
-  return labels
-}
+/** The labels of a transport and a message type, the same array every time (see `labelsOf`). @internal */
+export const messageLabels = (transport: string, type: string): ReadonlyArray<MetricLabel.MetricLabel> =>
+  labelsOf(transport, "type", type)
 
 /**
  * Samples the queue gauges of these transports once, through `TransportAdmin.stats` (the operator's view: one
@@ -226,11 +201,10 @@ export const sampleQueuesOnce = (
     (admin) =>
       Effect.forEach(transports, (transport) =>
         Effect.map(admin.stats(transport), (stats) => {
-          const labels = queueLabels(transport)
-          queueMessages.unsafeUpdate(stats.ready, labels.ready)
-          queueMessages.unsafeUpdate(stats.delayed, labels.delayed)
-          queueMessages.unsafeUpdate(stats.inFlight, labels.in_flight)
-          queueMessages.unsafeUpdate(stats.failed, labels.failed)
+          queueMessages.unsafeUpdate(stats.ready, labelsOf(transport, "state", "ready"))
+          queueMessages.unsafeUpdate(stats.delayed, labelsOf(transport, "state", "delayed"))
+          queueMessages.unsafeUpdate(stats.inFlight, labelsOf(transport, "state", "in_flight"))
+          queueMessages.unsafeUpdate(stats.failed, labelsOf(transport, "state", "failed"))
           oldestReadyAge.unsafeUpdate(
             stats.oldestReadyAgeMs === null ? 0 : stats.oldestReadyAgeMs / 1000,
             transportLabels(transport)
@@ -265,6 +239,6 @@ export const sampleQueuesLater = (
   every: Duration.DurationInput
 ): Effect.Effect<never, never, TransportAdmin> =>
   sampleQueuesLogged(transports).pipe(
-    Effect.delay(Duration.decode(every)),
+    Effect.delay(every),
     Effect.forever
   )

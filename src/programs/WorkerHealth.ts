@@ -34,8 +34,10 @@ export interface Tracker {
   notReady: string | undefined
   /** Why the worker is not live any more (it stopped), `undefined` while it runs. */
   stopped: string | undefined
-  /** How long the loop may make no progress; the worker sets it when `stallAfter` was not given. */
-  stallAfterMs: number
+  /** How long the loop may make no progress: `stallAfter`, when given. */
+  readonly stallAfterMs: number | undefined
+  /** How long otherwise: the running worker's `handlerTimeout` plus a minute (set when it starts). */
+  defaultStallAfterMs: number
 }
 
 /**
@@ -50,13 +52,14 @@ export const make = (options: { readonly stallAfter?: Duration.DurationInput } =
     progressAt: undefined,
     notReady: "the worker has not claimed yet",
     stopped: undefined,
-    stallAfterMs: options.stallAfter === undefined ? NaN : Duration.toMillis(Duration.decode(options.stallAfter))
+    stallAfterMs: options.stallAfter === undefined ? undefined : Duration.toMillis(Duration.decode(options.stallAfter)),
+    defaultStallAfterMs: Infinity
   }
   const live = Effect.map(Clock.currentTimeMillis, (now): HealthStatus.HealthStatus => {
     if (track.stopped !== undefined) return HealthStatus.unhealthy(track.stopped)
     if (track.progressAt === undefined) return HealthStatus.unhealthy("the worker has not started")
     const idleMs = now - track.progressAt
-    return !(idleMs > track.stallAfterMs)
+    return idleMs <= (track.stallAfterMs ?? track.defaultStallAfterMs)
       ? HealthStatus.healthy
       : HealthStatus.unhealthy(`the worker's loop made no progress for ${Duration.format(Duration.millis(idleMs))}`)
   })

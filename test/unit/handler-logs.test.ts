@@ -6,15 +6,13 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as HashMap from "effect/HashMap"
-import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as TestClock from "effect/TestClock"
-import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
-import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
 import * as Worker from "../../src/programs/worker/Worker.js"
 import * as Handlers from "../../src/services/Handlers.js"
 import * as Outbox from "../../src/services/Outbox.js"
 import { Transport } from "../../src/services/Transport.js"
+import { memoryStack } from "../support/memory.js"
 import { OrderPaid, OrderShipped, outgoing } from "../support/messages.js"
 
 interface Line {
@@ -35,11 +33,7 @@ const capture = () => {
 }
 
 const stack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(handlers: Hs) =>
-  Layer.mergeAll(
-    Outbox.layer(),
-    Handlers.layer(handlers),
-    ScheduleRetryStrategy.layer({ default: { maxRetries: 1, delay: "1 second" } })
-  ).pipe(Layer.provideMerge(MemoryTransport.layer()))
+  memoryStack(handlers, { default: { maxRetries: 1, delay: "1 second" } })
 
 const about = (lines: ReadonlyArray<Line>, text: string) => lines.filter((line) => line.message.includes(text))
 

@@ -10,24 +10,17 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
 import { HandlerTimeoutError } from "../../src/domain/Errors.js"
 import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
-import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
 import * as Worker from "../../src/programs/worker/Worker.js"
 import * as Handlers from "../../src/services/Handlers.js"
 import * as Outbox from "../../src/services/Outbox.js"
+import { memoryStack } from "../support/memory.js"
 import { OrderPaid, OrderShipped } from "../support/messages.js"
 
-const stack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(
-  handlers: Hs,
-  retry: ScheduleRetryStrategy.Options = {}
-) =>
-  Layer.mergeAll(Outbox.layer(), Handlers.layer(handlers), ScheduleRetryStrategy.layer(retry)).pipe(
-    Layer.provideMerge(MemoryTransport.layer())
-  )
+const stack = memoryStack
 
 /** A handler that signals its start, then never finishes; `interrupted` is set when it is interrupted. */
 const hanging = () => {

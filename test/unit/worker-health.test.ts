@@ -7,21 +7,16 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as TestClock from "effect/TestClock"
-import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
-import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
 import * as HealthStatus from "../../src/programs/observability/HealthStatus.js"
 import * as Worker from "../../src/programs/worker/Worker.js"
 import * as WorkerHealth from "../../src/programs/WorkerHealth.js"
 import * as Handlers from "../../src/services/Handlers.js"
 import * as Outbox from "../../src/services/Outbox.js"
+import { memoryStack } from "../support/memory.js"
 import { OrderPaid } from "../support/messages.js"
 
-const stack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(handlers: Hs) =>
-  Layer.mergeAll(Outbox.layer(), Handlers.layer(handlers), ScheduleRetryStrategy.layerDefault).pipe(
-    Layer.provideMerge(MemoryTransport.layer())
-  )
+const stack = memoryStack
 
 const reason = (status: HealthStatus.HealthStatus) =>
   HealthStatus.match(status, { Healthy: () => "ok", Unhealthy: (r) => r })

@@ -18,14 +18,11 @@ import * as Worker from "../../src/programs/worker/Worker.js"
 import * as Handlers from "../../src/services/Handlers.js"
 import * as Outbox from "../../src/services/Outbox.js"
 import { Transport } from "../../src/services/Transport.js"
+import { memoryStack } from "../support/memory.js"
 import { OrderPaid, OrderShipped } from "../support/messages.js"
 
 const stack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(handlers: Hs) =>
-  Layer.mergeAll(
-    Outbox.layer(),
-    Handlers.layer(handlers),
-    ScheduleRetryStrategy.layer({ default: { maxRetries: 1, delay: "1 second" } })
-  ).pipe(Layer.provideMerge(MemoryTransport.layer()))
+  memoryStack(handlers, { default: { maxRetries: 1, delay: "1 second" } })
 
 const count = (metric: Metric.Metric.Counter<number>, labels: ReadonlyArray<MetricLabel.MetricLabel>) =>
   Effect.map(Metric.value(Metric.taggedWithLabels(metric, labels)), (state) => state.count)

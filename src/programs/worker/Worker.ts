@@ -99,6 +99,7 @@ export const run = (
       Duration.decode(options.settleTimeout ?? "1 minute")
     )
     const clock = yield* Effect.clock
+    const handlerTimeout = Duration.decode(options.handlerTimeout ?? "15 minutes")
     const state: RunState = {
       options: onEvent === undefined ? options : { ...options, onEvent },
       transport,
@@ -111,7 +112,7 @@ export const run = (
       clock,
       metrics: options.metrics !== false,
       health: options.health?.track,
-      watchdog: Watchdog.make(clock, Duration.decode(options.handlerTimeout ?? "15 minutes")),
+      watchdog: Watchdog.make(clock, handlerTimeout),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))
     }
     const store = yield* Effect.serviceOption(IdempotencyStore.IdempotencyStore)
@@ -122,29 +123,24 @@ export const run = (
         )
       )
     }
-    const admin = yield* Effect.serviceOption(TransportAdmin)
-    if (options.sampleQueues !== undefined && Option.isNone(admin)) {
-      return yield* new OutboxConfigError({
-        message: "Worker option sampleQueues needs a TransportAdmin in context (PgTransport.layer provides one)"
-      })
-    }
-    if (options.sampleQueues !== undefined && Option.isSome(admin)) {
-      yield* OutboxMetrics.sampleQueuesLogged(session.transports).pipe(
-        Effect.provideService(TransportAdmin, admin.value)
-      )
-      yield* Effect.forkScoped(
-        OutboxMetrics.sampleQueuesLater(session.transports, options.sampleQueues).pipe(
-          Effect.provideService(TransportAdmin, admin.value)
-        )
-      )
+    if (options.sampleQueues !== undefined) {
+      const admin = yield* Effect.serviceOption(TransportAdmin)
+      if (Option.isNone(admin)) {
+        return yield* new OutboxConfigError({
+          message: "Worker option sampleQueues needs a TransportAdmin in context (PgTransport.layer provides one)"
+        })
+      }
+      // The first sample before the first claim: the gauges exist from the worker's start.
+      const withAdmin = Effect.provideService(TransportAdmin, admin.value)
+      yield* withAdmin(OutboxMetrics.sampleQueuesLogged(session.transports))
+      yield* Effect.forkScoped(withAdmin(OutboxMetrics.sampleQueuesLater(session.transports, options.sampleQueues)))
     }
     yield* Effect.forkScoped(Heartbeat.run(acks, transport, session.transports, state))
     yield* Effect.forkScoped(Watchdog.run(state.watchdog))
     const writer = yield* Effect.forkScoped(Acks.writer(acks, transport))
     if (state.health !== undefined) {
-      if (Number.isNaN(state.health.stallAfterMs)) {
-        state.health.stallAfterMs = Duration.toMillis(Duration.decode(options.handlerTimeout ?? "15 minutes")) + 60_000
-      }
+      // One handler may run for its whole timeout without the loop moving on.
+      state.health.defaultStallAfterMs = Duration.toMillis(handlerTimeout) + 60_000
       state.health.stopped = undefined
       state.health.progressAt = clock.unsafeCurrentTimeMillis()
     }

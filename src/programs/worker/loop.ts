@@ -33,7 +33,9 @@ export const run = (state: RunState) => {
   const claim = (name: string, size: number) =>
     Effect.suspend(() => {
       const ids = Acks.takeForClaim(acks, name)
-      const sentAt = state.metrics ? state.clock.unsafeCurrentTimeMillis() : 0
+      // The clock is read only when something uses it: the health probes (progress), the round trip (metrics).
+      const timed = state.metrics || state.health !== undefined
+      const sentAt = timed ? state.clock.unsafeCurrentTimeMillis() : 0
       // The bookkeeping of both outcomes in one step (this is on the way to the handler): the acks of a failed
       // claim are queued again; the claimed messages are held (their leases renewed) from here on.
       return Effect.mapBoth(session.claim(name, size, ids), {
@@ -43,15 +45,16 @@ export const run = (state: RunState) => {
         },
         onSuccess: (claimed) => {
           if (ids.length > 0) Acks.settled(acks, name, ids)
+          const answeredAt = timed ? state.clock.unsafeCurrentTimeMillis() : 0
           if (state.health !== undefined) {
-            state.health.progressAt = state.clock.unsafeCurrentTimeMillis()
+            state.health.progressAt = answeredAt
             state.health.notReady = undefined
           }
           if (claimed.messages.length > 0) {
             Acks.hold(acks, name, claimed.messages)
             if (state.metrics) {
               const labels = OutboxMetrics.transportLabels(name)
-              OutboxMetrics.claimDuration.unsafeUpdate((state.clock.unsafeCurrentTimeMillis() - sentAt) / 1000, labels)
+              OutboxMetrics.claimDuration.unsafeUpdate((answeredAt - sentAt) / 1000, labels)
               OutboxMetrics.claimBatchSize.unsafeUpdate(claimed.messages.length, labels)
             }
           } else due.set(name, claimed.nextDue)

@@ -53,7 +53,7 @@ export const validate = (options: WorkerOptions): Effect.Effect<void, OutboxConf
       : Option.some(problem("memoryLimit", "a positive number of bytes", options.memoryLimit)),
     duration("shutdownTimeout", options.shutdownTimeout, false),
     duration("settleTimeout", options.settleTimeout, false),
-    options.sampleQueues === undefined ? Option.none() : bound("sampleQueues", options.sampleQueues),
+    bound("sampleQueues", options.sampleQueues),
     bound("handlerTimeout", options.handlerTimeout),
     duration("idempotencyPurge.every", purge?.every, true),
     duration("idempotencyPurge.olderThan", purge?.olderThan, true),

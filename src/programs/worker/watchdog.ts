@@ -91,6 +91,10 @@ export const unwatch = (watched: Watched): void => {
   if (watched.dog.current === watched) watched.dog.current = undefined
 }
 
+/** A handler's own timeout, else the worker's. */
+const timeoutOf = (dog: Watchdog, handler: RegisteredHandler): number =>
+  handler.timeout === undefined ? dog.defaultTimeoutMs : Duration.toMillis(handler.timeout)
+
 /**
  * A handler of message `index` starts now: its deadline is armed (the handler's own timeout, else the worker's).
  *
@@ -103,7 +107,7 @@ export const arm = (
   handledBy: ReadonlyArray<string> | undefined
 ): void => {
   const dog = watched.dog
-  const timeoutMs = handler.timeout === undefined ? dog.defaultTimeoutMs : Duration.toMillis(handler.timeout)
+  const timeoutMs = timeoutOf(dog, handler)
   const deadline = dog.clock.unsafeCurrentTimeMillis() + timeoutMs
   watched.handlers[index] = handler
   watched.deadlines[index] = deadline
@@ -117,7 +121,7 @@ export const arm = (
 /** The handler of message `index`, past its deadline. @internal */
 export const timedOutAt = (watched: Watched, index: number): TimedOut => {
   const handler = watched.handlers[index]!
-  const timeoutMs = handler.timeout === undefined ? watched.dog.defaultTimeoutMs : Duration.toMillis(handler.timeout)
+  const timeoutMs = timeoutOf(watched.dog, handler)
   return {
     handler,
     handledBy: watched.handledBy[index] ?? [],
