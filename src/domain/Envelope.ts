@@ -49,6 +49,12 @@ export interface OutgoingMessage {
   readonly body: string
   readonly headers: string
   readonly delayMs: number
+  /**
+   * The W3C trace context stamped in `headers` (when a tracer was installed at dispatch): a broker transport also
+   * publishes it as the broker's own `traceparent`/`tracestate` headers, for consumers that are not this library.
+   */
+  readonly traceparent?: string
+  readonly tracestate?: string
 }
 
 /**
@@ -118,5 +124,7 @@ export const resend = (
   type: headers.type,
   body: message.body,
   headers: encodeHeaders(headers),
-  delayMs: 0
+  delayMs: 0,
+  ...(headers.traceparent !== undefined ? { traceparent: headers.traceparent } : {}),
+  ...(headers.tracestate !== undefined ? { tracestate: headers.tracestate } : {})
 })

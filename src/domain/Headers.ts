@@ -44,13 +44,17 @@ export class ErrorDetails extends Schema.Class<ErrorDetails>("effect-outbox/Erro
  * - `handledBy` — handlers that already succeeded, skipped on retry;
  * - `errorDetails`, `originalTransport` — set on the move to the failure queue;
  * - `rawHeaders` — the original text when stored headers were corrupt;
- * - `custom` — application headers.
+ * - `custom` — application headers;
+ * - `traceparent`, `tracestate` — the W3C trace context of the span that sent it (written only when a tracer is
+ *   installed; see the README's "Observability").
  *
  * @since 0.1.0
  * @category models
  */
 export class Headers extends Schema.Class<Headers>("effect-outbox/Headers")({
   type: Schema.String,
+  traceparent: Schema.optional(Schema.String),
+  tracestate: Schema.optional(Schema.String),
   transportNames: Schema.optional(Schema.Array(Schema.String)),
   delayMs: Schema.optional(Schema.Finite),
   redeliveries: Schema.optional(Schema.Array(Redelivery)),
@@ -91,6 +95,11 @@ export const encode = (headers: Headers): string => encodeJson(headers)
 export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> => {
   const cached = decodedCache.get(raw)
   if (cached !== undefined) return cached
+  // A traced first delivery, `{"type":"…","traceparent":"…"}`: unique per message, so never cached.
+  const traced = raw.length < 256 ? tracedPattern.exec(raw) : null
+  if (traced !== null && !hasControlCharacter(traced[1]!)) {
+    return Either.right(new Headers({ type: traced[1]!, traceparent: traced[2]! }, true))
+  }
   const decoded = decodeUncached(raw)
   if (raw.length > maxCachedLength) return decoded
   if (decodedCache.size >= 1024) decodedCache.clear()
@@ -100,6 +109,8 @@ export const decode = (raw: string): Either.Either<Headers, MessageDecodeError> 
 
 /** Headers repeat (most messages carry only their type): decoded ones are kept, by their text, when short. */
 const maxCachedLength = 4096
+
+const tracedPattern = /^\{"type":"([^"\\]*)","traceparent":"([0-9a-f-]{55})"\}$/
 
 const decodedCache = new Map<string, Either.Either<Headers, MessageDecodeError>>()
 

@@ -26,6 +26,7 @@ import {
 import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
 import * as Routing from "../domain/Routing.js"
+import * as TraceContext from "../internal/traceContext.js"
 import type * as Handlers from "../services/Handlers.js"
 import { Transport } from "../services/Transport.js"
 
@@ -59,15 +60,26 @@ export type ForwardError =
   | UnrecoverableMessageHandlingError
 
 /**
- * The headers a forwarded message carries: its type and application headers. The stamps of the first hop
- * (its retries, the handlers that ran on it, its routing override, its dispatch delay, failure details) stay
- * behind, so the far side starts fresh — its handlers are not skipped because a namesake ran here.
+ * The headers a forwarded message carries: its type, application headers and trace context — the given `trace`
+ * (the forward's own `send` span, when a tracer is installed), else the one it arrived with. The stamps of the
+ * first hop (its retries, the handlers that ran on it, its routing override, its dispatch delay, failure details)
+ * stay behind, so the far side starts fresh — its handlers are not skipped because a namesake ran here.
  *
  * @since 0.1.0
  * @category utils
  */
-export const forwardedHeaders = (headers: Headers.Headers): Headers.Headers =>
-  new Headers.Headers({ type: headers.type, ...(headers.custom !== undefined ? { custom: headers.custom } : {}) })
+export const forwardedHeaders = (
+  headers: Headers.Headers,
+  trace?: { readonly traceparent: string; readonly tracestate?: string }
+): Headers.Headers => {
+  const context = trace ?? headers
+  return new Headers.Headers({
+    type: headers.type,
+    ...(context.traceparent !== undefined ? { traceparent: context.traceparent } : {}),
+    ...(context.tracestate !== undefined ? { tracestate: context.tracestate } : {}),
+    ...(headers.custom !== undefined ? { custom: headers.custom } : {})
+  })
+}
 
 /**
  * Sends a received message on to a transport — same message id, same body (the stored text when the envelope
@@ -93,9 +105,15 @@ export const forward = (
     const body = envelope.body ?? (yield* Message.encodeBody(envelope.message).pipe(
       Effect.mapError((e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }))
     ))
-    yield* transport.send(options.to, [
-      resend({ messageId: envelope.messageId, body }, forwardedHeaders(envelope.headers))
-    ])
+    const send = (trace: TraceContext.Stamp | undefined) =>
+      transport.send(options.to, [resend({ messageId: envelope.messageId, body }, forwardedHeaders(envelope.headers, trace))])
+    if (!(yield* TraceContext.enabled)) return yield* send(undefined)
+    // The forward is the second hop's `send`: the far side's `process` span is its child, in the same trace.
+    yield* Effect.useSpan(`send ${options.to}`, {
+      kind: "producer",
+      captureStackTrace: false,
+      attributes: { ...TraceContext.sendAttributes(options.to, 1), "messaging.message.id": envelope.messageId }
+    }, (span) => Effect.withParentSpan(send(TraceContext.stampOf(span)), span))
   })
 
 /**

@@ -15,6 +15,7 @@ import {
   type UnknownTransportError
 } from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
+import * as TraceContext from "../internal/traceContext.js"
 import * as Message from "../domain/Message.js"
 import * as MessageId from "../domain/MessageId.js"
 import * as Routing from "../domain/Routing.js"
@@ -109,7 +110,8 @@ export class Outbox extends Context.Tag("effect-outbox/Outbox")<Outbox, OutboxSh
 
 const prepare = (
   message: Message.Tagged,
-  options: DispatchOptions
+  options: DispatchOptions,
+  stamp: TraceContext.Stamp | undefined
 ): Effect.Effect<OutgoingMessage, MessageEncodeError> =>
   Effect.gen(function*() {
     const delay = options.delay === undefined ? 0 : Duration.toMillis(Duration.decode(options.delay))
@@ -120,11 +122,19 @@ const prepare = (
     // Built from checked values: no second validation on the dispatch path (see BENCHMARKS.md, dispatch).
     const headers = new Headers.Headers({
       type: message._tag,
+      ...stamp,
       ...(options.transportNames !== undefined ? { transportNames: options.transportNames } : {}),
       ...(delay > 0 ? { delayMs: delay } : {}),
       ...(options.headers !== undefined ? { custom: options.headers } : {})
     }, true)
-    return { messageId: MessageId.make(), type: message._tag, body, headers: Headers.encode(headers), delayMs: delay }
+    return {
+      messageId: MessageId.make(),
+      type: message._tag,
+      body,
+      headers: Headers.encode(headers),
+      delayMs: delay,
+      ...stamp
+    }
   })
 
 /**
@@ -136,19 +146,43 @@ const prepare = (
 export const make = (routing: Routing.Routing = {}): Effect.Effect<OutboxShape, never, Transport> =>
   Effect.gen(function*() {
     const transport = yield* Transport
-    const dispatchAll = (messages: ReadonlyArray<Message.Tagged>, options: DispatchOptions = {}) =>
+    const write = (
+      messages: ReadonlyArray<Message.Tagged>,
+      destinations: ReadonlyArray<ReadonlyArray<string>>,
+      options: DispatchOptions,
+      stamp: TraceContext.Stamp | undefined
+    ) =>
       Effect.gen(function*() {
-        const prepared = yield* Effect.forEach(messages, (m) => prepare(m, options))
+        const prepared = yield* Effect.forEach(messages, (m) => prepare(m, options, stamp))
         const byTransport = new Map<string, Array<OutgoingMessage>>()
-        for (const outgoing of prepared) {
-          for (const name of Routing.resolve(routing, outgoing.type, options.transportNames)) {
+        prepared.forEach((outgoing, i) => {
+          for (const name of destinations[i]!) {
             const list = byTransport.get(name) ?? []
             list.push(outgoing)
             byTransport.set(name, list)
           }
-        }
+        })
         for (const [name, list] of byTransport) yield* transport.send(name, list)
         return prepared.map((p) => p.messageId)
+      })
+    const dispatchAll = (messages: ReadonlyArray<Message.Tagged>, options: DispatchOptions = {}) =>
+      Effect.flatMap(TraceContext.enabled, (traced) => {
+        const destinations = messages.map((m) => Routing.resolve(routing, m._tag, options.transportNames))
+        if (!traced) return write(messages, destinations, options, undefined)
+        // One `send` span for the call (the messaging conventions' batch send): every message carries its context.
+        const names = new Set(destinations.flat())
+        const only = names.size === 1 ? [...names][0]! : undefined
+        return Effect.useSpan(only === undefined ? "send" : `send ${only}`, {
+          kind: "producer",
+          captureStackTrace: false,
+          attributes: TraceContext.sendAttributes(only, messages.length)
+        }, (span) =>
+          write(messages, destinations, options, TraceContext.stampOf(span)).pipe(
+            Effect.tap((ids) => {
+              if (ids.length === 1) span.attribute("messaging.message.id", ids[0])
+            }),
+            Effect.withParentSpan(span)
+          ))
       })
     return {
       dispatch: (message, options) => Effect.map(dispatchAll([message], options), (ids) => ids[0]!),

@@ -1,6 +1,6 @@
 /**
  * The in-memory stack the worker's unit tests run on: the outbox, the given handlers and retry policy, over a
- * `MemoryTransport` (provided too, for inspection).
+ * `MemoryTransport` with the given options (provided too, for inspection).
  */
 import * as Layer from "effect/Layer"
 import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
@@ -10,8 +10,9 @@ import * as Outbox from "../../src/services/Outbox.js"
 
 export const memoryStack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(
   handlers: Hs,
-  retry: ScheduleRetryStrategy.Options = {}
+  retry: ScheduleRetryStrategy.Options = {},
+  memory: MemoryTransport.Options = {}
 ) =>
   Layer.mergeAll(Outbox.layer(), Handlers.layer(handlers), ScheduleRetryStrategy.layer(retry)).pipe(
-    Layer.provideMerge(MemoryTransport.layer())
+    Layer.provideMerge(MemoryTransport.layer(memory))
   )

@@ -74,7 +74,11 @@ export const toPublication = (
     contentType: "application/json",
     timestamp: Math.floor(Date.now() / 1000),
     appId: "effect-outbox",
-    headers: { [headersHeader]: message.headers }
+    headers: {
+      [headersHeader]: message.headers,
+      ...(message.traceparent !== undefined ? { traceparent: message.traceparent } : {}),
+      ...(message.tracestate !== undefined ? { tracestate: message.tracestate } : {})
+    }
   }
 })
 

@@ -13,6 +13,7 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import { OutboxConfigError, type StorageNotReadyError, type UnknownTransportError } from "../../domain/Errors.js"
+import * as TraceContext from "../../internal/traceContext.js"
 import { Handlers } from "../../services/Handlers.js"
 import * as IdempotencyStore from "../../services/IdempotencyStore.js"
 import { RetryStrategy } from "../../services/RetryStrategy.js"
@@ -74,6 +75,16 @@ export const run = (
   OutboxConfigError | UnknownTransportError | StorageNotReadyError,
   Transport | Handlers | RetryStrategy
 > =>
+  Effect.flatMap(TraceContext.enabled, (traced) => {
+    const tracing = traced && options.tracing !== false
+    // Traced, the worker's own storage calls make no span (an idle worker, none at all): `tracing.ts` enables
+    // tracing again for each message's handlers.
+    return tracing
+      ? Effect.withTracerEnabled(Effect.zipRight(TraceContext.loadTraceState, runWith(options, true)), false)
+      : runWith(options, false)
+  })
+
+const runWith = (options: WorkerOptions, tracing: boolean) =>
   Effect.gen(function*() {
     yield* Options.validate(options)
     const startedAt = yield* Clock.currentTimeMillis
@@ -111,6 +122,7 @@ export const run = (
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds"),
       clock,
       metrics: options.metrics !== false,
+      tracing,
       health: options.health?.track,
       watchdog: Watchdog.make(clock, handlerTimeout),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))

@@ -123,6 +123,7 @@ export const process = (
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
     const health = state.health
+    const tracing = state.tracing ? clock : undefined
     const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined || metrics || health !== undefined
     const transportLabels = metrics ? OutboxMetrics.transportLabels(name) : []
 
@@ -156,7 +157,7 @@ export const process = (
       progress[index] = running
       if (metrics) OutboxMetrics.messageAge.unsafeUpdate((now - row.createdAt.getTime()) / 1000, transportLabels)
       return Effect.flatMap(
-        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs),
+        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing),
         (outcome) => {
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
           if (progress[index] !== running) return Effect.void

@@ -5,6 +5,7 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
+import type * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -20,6 +21,7 @@ import { cut, maxNameLength } from "../../internal/text.js"
 import type { HandlersShape, RegisteredHandler } from "../../services/Handlers.js"
 import type { RetryStrategyShape } from "../../services/RetryStrategy.js"
 import * as MessageLogs from "./messageLogs.js"
+import * as Tracing from "./tracing.js"
 import * as Watchdog from "./watchdog.js"
 
 type Decoded = {
@@ -83,7 +85,8 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
  * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
  * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
  * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it); with `logs`,
- * the running fiber's log lines carry the message (see `messageLogs.ts`).
+ * the running fiber's log lines carry the message (see `messageLogs.ts`); with `clock` (when the worker traces), it
+ * runs in the message's `process` span (see `tracing.ts`).
  *
  * @internal
  */
@@ -94,26 +97,28 @@ export const handle = (
   countsDeliveries: boolean,
   watched?: Watchdog.Watched,
   index = 0,
-  logs?: MessageLogs.Slot
+  logs?: MessageLogs.Slot,
+  clock?: Clock.Clock
 ): Effect.Effect<Outcome.Outcome> => {
   const decoded = decode(row, registry)
   if (Either.isLeft(decoded)) {
     if (logs !== undefined) logs.envelope = undefined
     const { error, headers } = decoded.left
-    return Effect.succeed(Outcome.decide({ _tag: "Rejected", error }, row.transport, headers, Option.none()))
+    const rejected = Effect.succeed(Outcome.decide({ _tag: "Rejected", error }, row.transport, headers, Option.none()))
+    return clock === undefined ? rejected : Tracing.process(row, headers, clock, rejected)
   }
   const { envelope, handlers } = decoded.right
   if (logs !== undefined) logs.envelope = envelope
   const died = countsDeliveries ? Outcome.workerDied(row.transport, row.deliveries, envelope.headers) : Option.none()
-  if (Option.isSome(died)) {
-    return Effect.flatMap(strategy.delayFor(died.value), (answer) =>
+  const handling = Option.isSome(died)
+    ? Effect.flatMap(strategy.delayFor(died.value), (answer) =>
       Option.isNone(answer)
         ? Effect.succeed(
           Outcome.decide({ _tag: "Died", error: died.value.error }, row.transport, envelope.headers, answer)
         )
         : runHandlers(envelope, handlers, strategy, watched, index))
-  }
-  return runHandlers(envelope, handlers, strategy, watched, index)
+    : runHandlers(envelope, handlers, strategy, watched, index)
+  return clock === undefined ? handling : Tracing.process(row, envelope.headers, clock, handling)
 }
 
 /**

@@ -127,6 +127,12 @@ export interface WorkerOptions {
   /** Update the `OutboxMetrics` counters and histograms (default `true`). */
   readonly metrics?: boolean
   /**
+   * Handle each message in a `process` span, a child of the span that dispatched it (default `true`; it applies
+   * only when a tracer is installed, e.g. `@effect/opentelemetry`'s — with Effect's default tracer the worker
+   * makes no span). The worker's own storage calls are never traced: an idle worker makes no span.
+   */
+  readonly tracing?: boolean
+  /**
    * Sample the queue gauges of `OutboxMetrics` (counts by state, oldest ready age) of the consumed transports at
    * this interval, through the `TransportAdmin` in context (off by default: one process of a deployment is
    * enough — each sample is one query per transport).

@@ -28,6 +28,8 @@ export interface RunState {
   readonly clock: Clock.Clock
   /** Where the worker reports progress and readiness, when asked to. */
   readonly health: Tracker | undefined
+  /** Whether each message is handled in a `process` span (a tracer is installed; see `tracing.ts`). */
+  readonly tracing: boolean
   /** Whether the worker updates `OutboxMetrics`. */
   readonly metrics: boolean
   /** Enforces the handlers' timeouts. */
