@@ -132,6 +132,7 @@ describe("outbox command line", () => {
           [["--memory-limit", "12X"], "--memory-limit: expected a size such as 128M, got 12X"],
           [["--batch-size", "-1"], "--batch-size must be > 0, got -1"],
           [["--handler-timeout", "0"], "--handler-timeout must be a number of seconds > 0, got 0"],
+          [["--stall-after", "-1", "--metrics-port", "0"], "--stall-after must be a number of seconds > 0, got -1"],
           // @effect/cli's own integer parser names the value, not the option
           [["--time-limit", "abc"], "'abc' is not a integer"]
         ] as const
@@ -139,6 +140,11 @@ describe("outbox command line", () => {
         const result = yield* runCli(app, ["consume", "outbox", "--dsn", url, ...bad])
         expect(validationError(result), bad.join(" ")).toContain(names)
       }
+      // It bounds the endpoint's /healthz: alone it would be a probe that is not there, so it is refused.
+      const stallAlone = yield* runCli(app, ["consume", "outbox", "--dsn", url, "--stall-after", "5"])
+      expect(validationError(stallAlone)).toBeUndefined()
+      expect(failure(stallAlone)).toContain("--stall-after bounds the /healthz probe of --metrics-port")
+      expect(stallAlone.stdout).not.toContain("Consuming messages")
       const unknown = yield* runCli(app, ["consume", "nowhere", "--dsn", url])
       expect(failure(unknown)).toContain(`The "nowhere" transport does not exist`)
     }))

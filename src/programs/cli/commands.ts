@@ -5,6 +5,7 @@
  */
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
 import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -73,6 +74,13 @@ const consumeOptions = {
         : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--metrics-port must be a port (0–65535), got ${n}`)))
     ),
     Options.optional
+  ),
+  // An option of the endpoint, not of the worker: without --metrics-port there is no /healthz for it to bound.
+  stallAfter: positiveSeconds("stall-after").pipe(
+    Options.withDescription(
+      "Seconds the worker's loop may make no progress before /healthz reports it unhealthy (default: --handler-timeout + 60)"
+    ),
+    Options.optional
   )
 }
 
@@ -101,11 +109,13 @@ const workerOptions = (o: ConsumeOptions & { readonly transports: ReadonlyArray<
   })
 
 /**
- * Runs the worker with the metrics endpoint on `port` (its probes are the worker's health) and the queue gauges
- * sampled. The endpoint's module is loaded only here: the OpenTelemetry packages it needs are optional.
+ * Runs the worker with the metrics endpoint on `port` (its probes are the worker's health, live within
+ * `stallAfterSeconds` when given, else within the worker's default) and the queue gauges sampled. The endpoint's
+ * module is loaded only here: the OpenTelemetry packages it needs are optional.
  */
 const withMetricsEndpoint = <A, E, R>(
   port: number,
+  stallAfterSeconds: Option.Option<number>,
   run: (observed: Partial<Worker.WorkerOptions>) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function*() {
@@ -118,7 +128,9 @@ const withMetricsEndpoint = <A, E, R>(
           }`
         })
     })
-    const health = WorkerHealth.make()
+    const health = WorkerHealth.make(
+      Option.match(stallAfterSeconds, { onNone: () => ({}), onSome: (s) => ({ stallAfter: Duration.seconds(s) }) })
+    )
     const server = yield* MetricsServer.make({ port, live: health.live, ready: health.ready }).pipe(
       Effect.mapError((error) => new CliError({ message: error.message }))
     )
@@ -193,6 +205,10 @@ export const make = (options: CliOptions, environment: Environment) => {
       { ...target, transports: Args.text({ name: "transport" }).pipe(Args.atLeast(1)), ...consumeOptions },
       (o) =>
         Effect.gen(function*() {
+          // Refused rather than ignored: an operator who sets it expects a liveness probe that is not there.
+          if (Option.isSome(o.stallAfter) && Option.isNone(o.metricsPort)) {
+            return yield* fail("--stall-after bounds the /healthz probe of --metrics-port: give --metrics-port too")
+          }
           const transport = yield* Transport
           yield* known(transport, o.transports)
           const worker = yield* workerOptions(o)
@@ -211,7 +227,7 @@ export const make = (options: CliOptions, environment: Environment) => {
             })
           const summary = yield* Option.match(o.metricsPort, {
             onNone: () => run({}),
-            onSome: (port) => withMetricsEndpoint(port, run)
+            onSome: (port) => withMetricsEndpoint(port, o.stallAfter, run)
           })
           yield* Console.log(
             `Worker stopped (${summary.stoppedBy}): handled ${summary.handled}, retried ${summary.retried}, ` +
