@@ -4,7 +4,20 @@
  * and whose ack does nothing, so what is measured is decoding, handler dispatch and bookkeeping alone.
  *
  *   npx tsx bench/worker-cpu.ts [batch sizes, default 500,500,50,1]     (METRICS=off: with `metrics: false`)
+ *
+ * TRACING=unsampled|sampled: with the OpenTelemetry SDK tracer (`@effect/opentelemetry` NodeSdk, a batch span
+ * processor whose exporter drops the spans) and every message stamped by an unsampled or a sampled producer;
+ * with NO_TRACER=1 the messages are stamped but no tracer is installed, with WORKER_TRACING=off the tracer is
+ * installed but the worker does not trace (`tracing: false`).
  */
+import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  type SpanExporter
+} from "@opentelemetry/sdk-trace-base"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -19,6 +32,21 @@ import { type Capabilities, type Session, Transport, type TransportShape } from 
 import { BenchNoop } from "./common.js"
 
 const messages = 50_000
+const tracing = process.env.TRACING === "sampled" || process.env.TRACING === "unsampled"
+  ? process.env.TRACING
+  : undefined
+
+/** An exporter that drops what it is given: the SDK's work is measured, no collector's. */
+const discard: SpanExporter = { export: (_spans, done) => done({ code: 0 }), shutdown: () => Promise.resolve() }
+
+const tracer = (sampled: boolean) =>
+  NodeSdk.layer(() => ({
+    resource: { serviceName: "worker-cpu" },
+    spanProcessor: new BatchSpanProcessor(discard, { maxQueueSize: 65_536, maxExportBatchSize: 4096 }),
+    tracerConfig: {
+      sampler: new ParentBasedSampler({ root: sampled ? new AlwaysOnSampler() : new AlwaysOffSampler() })
+    }
+  }))
 
 /** Only what `Worker.run` calls on the happy path (a cast keeps this aid compiling as the interface grows). */
 const stub = (rows: ReadonlyArray<ReceivedMessage>): TransportShape => {
@@ -59,7 +87,11 @@ for (const batchSize of (process.argv[2] ?? "500,500,50,1").split(",").map(Numbe
     transport: "outbox",
     messageId: crypto.randomUUID(),
     body: `{"n":${i},"_tag":"BenchNoop"}`,
-    headers: `{"type":"BenchNoop"}`,
+    headers: tracing === undefined
+      ? `{"type":"BenchNoop"}`
+      : `{"type":"BenchNoop","traceparent":"00-${crypto.randomUUID().replace(/-/g, "")}-${
+        crypto.randomUUID().replace(/-/g, "").slice(0, 16)
+      }-${tracing === "sampled" ? "01" : "00"}"}`,
     createdAt: now,
     availableAt: now,
     deliveries: 1
@@ -76,9 +108,13 @@ for (const batchSize of (process.argv[2] ?? "500,500,50,1").split(",").map(Numbe
       transports: ["outbox"],
       batchSize,
       stopWhenEmpty: true,
-      ...(process.env.METRICS === "off" ? { metrics: false } : {})
+      ...(process.env.METRICS === "off" ? { metrics: false } : {}),
+      ...(process.env.WORKER_TRACING === "off" ? { tracing: false } : {})
     }).pipe(
       Effect.provide(layer),
+      tracing === undefined || process.env.NO_TRACER === "1"
+        ? (self) => self
+        : Effect.provide(tracer(tracing === "sampled")),
       Logger.withMinimumLogLevel(LogLevel.Error)
     )
   )

@@ -15,17 +15,20 @@ import * as Tracer from "effect/Tracer"
 export const messagingSystem = "effect_outbox"
 
 /** Effect's default tracer: spans kept in memory, exported nowhere. */
-const nativeTracer = Effect.runSync(Effect.tracer)
+export const nativeTracer: Tracer.Tracer = Effect.runSync(Effect.tracer)
 
 /**
- * Whether the current fiber has a tracer that exports spans (one installed by a layer such as
- * `@effect/opentelemetry`'s) and tracing is not disabled.
+ * The current fiber's tracer when it is one that exports spans (installed by a layer such as
+ * `@effect/opentelemetry`'s) and tracing is not disabled; `undefined` otherwise.
  */
-export const enabled: Effect.Effect<boolean> = Effect.zipWith(
+export const installed: Effect.Effect<Tracer.Tracer | undefined> = Effect.zipWith(
   Effect.tracer,
   FiberRef.get(FiberRef.currentTracerEnabled),
-  (tracer, on) => on && tracer !== nativeTracer
+  (tracer, on) => on && tracer !== nativeTracer ? tracer : undefined
 )
+
+/** Whether the current fiber has a tracer that exports spans (see `installed`). */
+export const enabled: Effect.Effect<boolean> = Effect.map(installed, (tracer) => tracer !== undefined)
 
 /**
  * The attributes of a `send` span (OpenTelemetry messaging conventions): the destination when there is one, the
@@ -103,7 +106,14 @@ export const parentOf = (
   if (traceparent === undefined || traceparent.length > 256) return Option.none()
   const match = traceparentPattern.exec(traceparent)
   if (match === null) return Option.none()
-  const [, version, traceId, spanId, flags, rest] = match as unknown as [string, string, string, string, string, string?]
+  const [, version, traceId, spanId, flags, rest] = match as unknown as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string?
+  ]
   if (version === "ff" || (version === "00" && rest !== undefined) || zeros.test(traceId) || zeros.test(spanId)) {
     return Option.none()
   }

@@ -106,7 +106,9 @@ export const forward = (
       Effect.mapError((e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }))
     ))
     const send = (trace: TraceContext.Stamp | undefined) =>
-      transport.send(options.to, [resend({ messageId: envelope.messageId, body }, forwardedHeaders(envelope.headers, trace))])
+      transport.send(options.to, [
+        resend({ messageId: envelope.messageId, body }, forwardedHeaders(envelope.headers, trace))
+      ])
     if (!(yield* TraceContext.enabled)) return yield* send(undefined)
     // The forward is the second hop's `send`: the far side's `process` span is its child, in the same trace.
     yield* Effect.useSpan(`send ${options.to}`, {

@@ -15,10 +15,10 @@ import {
   type UnknownTransportError
 } from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
-import * as TraceContext from "../internal/traceContext.js"
 import * as Message from "../domain/Message.js"
 import * as MessageId from "../domain/MessageId.js"
 import * as Routing from "../domain/Routing.js"
+import * as TraceContext from "../internal/traceContext.js"
 import { Transport } from "./Transport.js"
 
 /**

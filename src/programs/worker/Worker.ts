@@ -12,6 +12,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
+import type * as Tracer from "effect/Tracer"
 import { OutboxConfigError, type StorageNotReadyError, type UnknownTransportError } from "../../domain/Errors.js"
 import * as TraceContext from "../../internal/traceContext.js"
 import { Handlers } from "../../services/Handlers.js"
@@ -75,16 +76,13 @@ export const run = (
   OutboxConfigError | UnknownTransportError | StorageNotReadyError,
   Transport | Handlers | RetryStrategy
 > =>
-  Effect.flatMap(TraceContext.enabled, (traced) => {
-    const tracing = traced && options.tracing !== false
-    // Traced, the worker's own storage calls make no span (an idle worker, none at all): `tracing.ts` enables
-    // tracing again for each message's handlers.
-    return tracing
-      ? Effect.withTracerEnabled(Effect.zipRight(TraceContext.loadTraceState, runWith(options, true)), false)
-      : runWith(options, false)
-  })
+  Effect.flatMap(TraceContext.installed, (tracer) =>
+    tracer === undefined || options.tracing === false
+      ? runWith(options, undefined)
+      // The worker's own steps make no span (an idle worker, none at all); its runner, where handlers run, traces.
+      : Effect.withTracerEnabled(Effect.zipRight(TraceContext.loadTraceState, runWith(options, tracer)), false))
 
-const runWith = (options: WorkerOptions, tracing: boolean) =>
+const runWith = (options: WorkerOptions, tracer: Tracer.Tracer | undefined) =>
   Effect.gen(function*() {
     yield* Options.validate(options)
     const startedAt = yield* Clock.currentTimeMillis
@@ -122,7 +120,7 @@ const runWith = (options: WorkerOptions, tracing: boolean) =>
       shutdownTimeout: Duration.decode(options.shutdownTimeout ?? "30 seconds"),
       clock,
       metrics: options.metrics !== false,
-      tracing,
+      tracing: tracer === undefined ? undefined : { tracer, clock },
       health: options.health?.track,
       watchdog: Watchdog.make(clock, handlerTimeout),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))

@@ -123,7 +123,7 @@ export const process = (
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
     const health = state.health
-    const tracing = state.tracing ? clock : undefined
+    const tracing = state.tracing
     const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined || metrics || health !== undefined
     const transportLabels = metrics ? OutboxMetrics.transportLabels(name) : []
 

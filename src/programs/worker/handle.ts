@@ -5,7 +5,6 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
-import type * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -85,8 +84,8 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
  * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
  * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
  * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it); with `logs`,
- * the running fiber's log lines carry the message (see `messageLogs.ts`); with `clock` (when the worker traces), it
- * runs in the message's `process` span (see `tracing.ts`).
+ * the running fiber's log lines carry the message (see `messageLogs.ts`); with `tracing`, its handlers run in the
+ * message's `process` span (see `tracing.ts`).
  *
  * @internal
  */
@@ -98,17 +97,18 @@ export const handle = (
   watched?: Watchdog.Watched,
   index = 0,
   logs?: MessageLogs.Slot,
-  clock?: Clock.Clock
+  tracing?: Tracing.Tracing
 ): Effect.Effect<Outcome.Outcome> => {
   const decoded = decode(row, registry)
   if (Either.isLeft(decoded)) {
     if (logs !== undefined) logs.envelope = undefined
     const { error, headers } = decoded.left
     const rejected = Effect.succeed(Outcome.decide({ _tag: "Rejected", error }, row.transport, headers, Option.none()))
-    return clock === undefined ? rejected : Tracing.process(row, headers, clock, rejected)
+    return tracing === undefined ? rejected : Tracing.finish(tracing, Tracing.start(tracing, row, headers), rejected)
   }
   const { envelope, handlers } = decoded.right
   if (logs !== undefined) logs.envelope = envelope
+  const traced = tracing === undefined ? undefined : Tracing.start(tracing, row, envelope.headers)
   const died = countsDeliveries ? Outcome.workerDied(row.transport, row.deliveries, envelope.headers) : Option.none()
   const handling = Option.isSome(died)
     ? Effect.flatMap(strategy.delayFor(died.value), (answer) =>
@@ -116,9 +116,9 @@ export const handle = (
         ? Effect.succeed(
           Outcome.decide({ _tag: "Died", error: died.value.error }, row.transport, envelope.headers, answer)
         )
-        : runHandlers(envelope, handlers, strategy, watched, index))
-    : runHandlers(envelope, handlers, strategy, watched, index)
-  return clock === undefined ? handling : Tracing.process(row, envelope.headers, clock, handling)
+        : runHandlers(envelope, handlers, strategy, watched, index, traced))
+    : runHandlers(envelope, handlers, strategy, watched, index, traced)
+  return traced === undefined ? handling : Tracing.finish(tracing!, traced, handling)
 }
 
 /**
@@ -171,13 +171,15 @@ const runHandlers = (
   handlers: ReadonlyArray<RegisteredHandler>,
   strategy: RetryStrategyShape,
   watched: Watchdog.Watched | undefined,
-  index: number
+  index: number,
+  traced: Tracing.ProcessSpan | undefined
 ): Effect.Effect<Outcome.Outcome> => {
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
     const h = handlers[0]!
     if (watched !== undefined) Watchdog.arm(watched, index, h, undefined)
-    return Effect.matchCauseEffect(h.run(envelope.message, envelope), {
+    const run = h.run(envelope.message, envelope)
+    return Effect.matchCauseEffect(traced === undefined ? run : traced.run(run), {
       onSuccess: () =>
         Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
       onFailure: (cause) =>
@@ -193,7 +195,8 @@ const runHandlers = (
     for (const h of handlers) {
       if (done.has(h.name)) continue
       if (watched !== undefined) Watchdog.arm(watched, index, h, handledBy)
-      const exit = yield* Effect.exit(h.run(envelope.message, envelope))
+      const run = h.run(envelope.message, envelope)
+      const exit = yield* Effect.exit(traced === undefined ? run : traced.run(run))
       if (Exit.isSuccess(exit)) handledBy.push(h.name)
       else if (Cause.isInterruptedOnly(exit.cause)) return Outcome.release
       else causes.push(exit.cause)

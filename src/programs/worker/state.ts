@@ -12,6 +12,7 @@ import type { Tracker } from "../WorkerHealth.js"
 import type { Acks } from "./acks.js"
 import type { Limits } from "./limits.js"
 import type { WorkerOptions } from "./model.js"
+import type { Tracing } from "./tracing.js"
 import type { Watchdog } from "./watchdog.js"
 
 /** @internal */
@@ -28,8 +29,8 @@ export interface RunState {
   readonly clock: Clock.Clock
   /** Where the worker reports progress and readiness, when asked to. */
   readonly health: Tracker | undefined
-  /** Whether each message is handled in a `process` span (a tracer is installed; see `tracing.ts`). */
-  readonly tracing: boolean
+  /** How each message's `process` span is made, when a tracer is installed (see `tracing.ts`). */
+  readonly tracing: Tracing | undefined
   /** Whether the worker updates `OutboxMetrics`. */
   readonly metrics: boolean
   /** Enforces the handlers' timeouts. */

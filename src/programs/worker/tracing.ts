@@ -6,6 +6,7 @@
  * @internal
  */
 import type * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -17,45 +18,80 @@ import type * as Outcome from "../../domain/Outcome.js"
 import * as TraceContext from "../../internal/traceContext.js"
 
 /**
- * Runs `handling` in the message's `process {transport}` span. The worker runs with tracing disabled (so its
- * claims, acks and lease renewals, and its empty polls above all, make no spans): it is enabled again here, for
- * the handlers.
+ * How a worker traces: the application's tracer and the worker's clock. The worker runs with tracing disabled (its
+ * claims, acks, lease renewals and empty polls make no span); only its handlers run with it enabled, in their
+ * message's span.
+ *
+ * A traced message costs a span and one scope change, an unsampled one nothing: the application's tracer may do
+ * work on every step of a fiber that has a span (`@effect/opentelemetry`'s bridges each step to the OpenTelemetry
+ * context), so as few steps as possible run in one (see BENCHMARKS.md, tracing).
  *
  * @internal
  */
-export const process = (
-  row: ReceivedMessage,
-  headers: Headers.Headers,
-  clock: Clock.Clock,
+export interface Tracing {
+  readonly tracer: Tracer.Tracer
+  readonly clock: Clock.Clock
+}
+
+/**
+ * One message's started `process` span — none for a message whose sender was not sampled — and `run`, which runs a
+ * handler in it. Unsampled, the handler runs with tracing still disabled: its spans are recorded nowhere, as a
+ * parent-based sampler (OpenTelemetry's default) would have decided.
+ *
+ * @internal
+ */
+export interface ProcessSpan {
+  readonly span: Tracer.Span | undefined
+  readonly run: <A, E>(handler: Effect.Effect<A, E>) => Effect.Effect<A, E>
+}
+
+/**
+ * Starts the `process {transport}` span of a message (synchronously: no step of the worker runs in it).
+ *
+ * @internal
+ */
+export const start = (tracing: Tracing, row: ReceivedMessage, headers: Headers.Headers): ProcessSpan => {
+  const parent = TraceContext.parentOf(headers.traceparent, headers.tracestate)
+  if (Option.isSome(parent) && !parent.value.sampled) return unsampled
+  const span = tracing.tracer.span(
+    `process ${row.transport}`,
+    parent,
+    Context.empty(),
+    [],
+    tracing.clock.unsafeCurrentTimeNanos(),
+    "consumer",
+    // A message without a stamp starts its own trace: never a child of whatever span runs the worker.
+    Option.isNone(parent) ? { root: true } : {}
+  )
+  span.attribute("messaging.system", TraceContext.messagingSystem)
+  span.attribute("messaging.operation.type", "process")
+  span.attribute("messaging.operation.name", "process")
+  span.attribute("messaging.destination.name", row.transport)
+  span.attribute("messaging.message.id", row.messageId)
+  span.attribute("effect_outbox.message.type", headers.type)
+  span.attribute("effect_outbox.message.deliveries", row.deliveries)
+  return {
+    span,
+    run: (handler) => Effect.withTracerEnabled(Effect.withParentSpan(handler, span), true)
+  }
+}
+
+const unsampled: ProcessSpan = { span: undefined, run: (handler) => handler }
+
+/**
+ * Ends the span, if there is one, when the message's handling ends: with its outcome, or interrupted.
+ *
+ * @internal
+ */
+export const finish = (
+  tracing: Tracing,
+  process: ProcessSpan,
   handling: Effect.Effect<Outcome.Outcome>
 ): Effect.Effect<Outcome.Outcome> => {
-  const parent = TraceContext.parentOf(headers.traceparent, headers.tracestate)
-  const attributes: Record<string, unknown> = {
-    "messaging.system": TraceContext.messagingSystem,
-    "messaging.operation.type": "process",
-    "messaging.operation.name": "process",
-    "messaging.destination.name": row.transport,
-    "messaging.message.id": row.messageId,
-    "effect_outbox.message.type": headers.type,
-    "effect_outbox.message.deliveries": row.deliveries
-  }
-  return Effect.withTracerEnabled(
-    Effect.flatMap(
-      Effect.makeSpan(`process ${row.transport}`, {
-        kind: "consumer",
-        captureStackTrace: false,
-        attributes,
-        // A message without a stamp starts its own trace: never a child of whatever span runs the worker.
-        ...(Option.isSome(parent) ? { parent: parent.value } : { root: true })
-      }),
-      (span) =>
-        Effect.onExit(
-          Effect.withParentSpan(handling, span),
-          (exit) => Effect.sync(() => end(span, exit, clock.unsafeCurrentTimeNanos()))
-        )
-    ),
-    true
-  )
+  const span = process.span
+  return span === undefined
+    ? handling
+    : Effect.onExit(handling, (exit) => Effect.sync(() => end(span, exit, tracing.clock.unsafeCurrentTimeNanos())))
 }
 
 /** Ends the span with the outcome: its event, and an error status when the message did not succeed. */
