@@ -137,12 +137,15 @@ describe("tracing", () => {
       expect(second!.attributes["effect_outbox.message.deliveries"]).toBe(2)
     }).pipe(
       Effect.provide(memoryStack([
-        Handlers.handler(OrderPaid, () =>
-          Effect.suspend((): Effect.Effect<void, Error | UnrecoverableMessageHandlingError> =>
-            ++runs === 1
-              ? Effect.fail(new Error("card declined"))
-              : Effect.fail(new UnrecoverableMessageHandlingError({ message: "card stolen" }))
-          ))
+        Handlers.handler(
+          OrderPaid,
+          () =>
+            Effect.suspend((): Effect.Effect<void, Error | UnrecoverableMessageHandlingError> =>
+              ++runs === 1
+                ? Effect.fail(new Error("card declined"))
+                : Effect.fail(new UnrecoverableMessageHandlingError({ message: "card stolen" }))
+            )
+        )
       ], { default: { maxRetries: 3, delay: "1 second" } })),
       Effect.provide(layer)
     )
@@ -241,10 +244,14 @@ describe("tracing", () => {
       expect(parentOf(far)).toBe(forward.spanContext().spanId)
       expect(forward.kind).toBe(producer)
     }).pipe(
-      Effect.provide(memoryStack([
-        ...Forwarder.handlers([OrderPaid], { to: "far" }),
-        Handlers.handler(OrderPaid, () => Effect.void, { fromTransport: "far" })
-      ], {}, { transports: { outbox: {}, far: {} } })),
+      Effect.provide(memoryStack(
+        [
+          ...Forwarder.handlers([OrderPaid], { to: "far" }),
+          Handlers.handler(OrderPaid, () => Effect.void, { fromTransport: "far" })
+        ],
+        {},
+        { transports: { outbox: {}, far: {} } }
+      )),
       Effect.provide(layer)
     )
   })
