@@ -3,7 +3,8 @@
  *
  * 1. `http-api`: started as a child process on a free port; creates orders and pays them over HTTP (one with a
  *    negative amount), waits for the worker's outcome lines, sends SIGTERM, and checks the exit code (0), one
- *    invoice per paid order, and the negative one in the failure queue.
+ *    invoice per paid order, the negative one in the failure queue, and the traces it exported over OTLP to a
+ *    stand-in collector (each payment's request, its `send` and the worker's `process` in one trace).
  * 2. `worker-only`: pays more orders in a script (the same `pay` transaction), runs `consume outbox --limit N`
  *    and checks its exit code and the invoices.
  *
@@ -11,6 +12,7 @@
  */
 import { ConfigProvider, Effect, Layer } from "effect"
 import * as child from "node:child_process"
+import * as http from "node:http"
 import * as path from "node:path"
 import * as readline from "node:readline"
 import { fileURLToPath } from "node:url"
@@ -62,9 +64,42 @@ const spawn = (file: string, args: ReadonlyArray<string>, env: Record<string, st
   return { proc, lines, exited, waitFor }
 }
 
+interface OtlpSpan {
+  readonly traceId: string
+  readonly spanId: string
+  readonly parentSpanId?: string
+  readonly name: string
+}
+
+/** A stand-in OTLP/HTTP collector: keeps the spans of every JSON export it receives on `/v1/traces`. */
+const startCollector = async () => {
+  const spans: Array<OtlpSpan> = []
+  const server = http.createServer((request, response) => {
+    const chunks: Array<Buffer> = []
+    request.on("data", (chunk: Buffer) => chunks.push(chunk))
+    request.on("end", () => {
+      if (request.url === "/v1/traces") {
+        const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
+          resourceSpans: ReadonlyArray<{ scopeSpans: ReadonlyArray<{ spans: ReadonlyArray<OtlpSpan> }> }>
+        }
+        for (const r of body.resourceSpans) for (const s of r.scopeSpans) spans.push(...s.spans)
+      }
+      response.writeHead(200, { "content-type": "application/json" }).end("{}")
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  const { port } = server.address() as { port: number }
+  return { endpoint: `http://127.0.0.1:${port}`, spans, close: () => server.close() }
+}
+
 const runHttpExample = async (db: pg.Client, url: string) => {
   const port = await EmbeddedPostgres.freePort()
-  const app = spawn("examples/http-api/main.ts", [], { DATABASE_URL: url, PORT: String(port) })
+  const collector = await startCollector()
+  const app = spawn("examples/http-api/main.ts", [], {
+    DATABASE_URL: url,
+    PORT: String(port),
+    OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint
+  })
   try {
     await app.waitFor(/listening on /)
     const post = (route: string, body?: unknown) =>
@@ -107,8 +142,26 @@ const runHttpExample = async (db: pg.Client, url: string) => {
     const failed = await db.query("SELECT 1 FROM messenger_messages WHERE queue_name = 'failed'")
     check(failed.rowCount === 1, `${failed.rowCount} message(s) in the failure queue, expected 1`)
     console.log(`✔ http-api: ${expected.length} orders paid over HTTP and invoiced once each; the negative one failed`)
+
+    // Over OTLP: each payment's request, its `send` and the worker's `process` of it in one trace.
+    const spans = collector.spans
+    const byId = new Map(spans.map((span) => [span.spanId, span]))
+    const sends = spans.filter((span) => span.name === "send outbox")
+    check(sends.length === ids.length, `${sends.length} \`send outbox\` spans exported, expected ${ids.length}`)
+    for (const send of sends) {
+      let request = send.parentSpanId === undefined ? undefined : byId.get(send.parentSpanId)
+      while (request !== undefined && !request.name.startsWith("http.server")) {
+        request = request.parentSpanId === undefined ? undefined : byId.get(request.parentSpanId)
+      }
+      check(request !== undefined, `send ${send.spanId} is not inside an HTTP request's span`)
+      const processes = spans.filter((span) => span.name === "process outbox" && span.parentSpanId === send.spanId)
+      check(processes.length === 1, `send ${send.spanId}: ${processes.length} \`process outbox\` children, expected 1`)
+      check(processes[0]!.traceId === request!.traceId, `process ${processes[0]!.spanId} is not in the request's trace`)
+    }
+    console.log(`✔ http-api: ${sends.length} traces over OTLP from the request through dispatch to the worker's handler`)
   } finally {
     if (app.proc.exitCode === null) app.proc.kill("SIGKILL")
+    collector.close()
   }
 }
 

@@ -8,6 +8,7 @@
  * Start it with `DATABASE_URL=postgres://… PORT=3000 npx tsx examples/http-api/main.ts`. At start it creates its
  * own tables and runs the outbox's migrations explicitly (`setup`, what `outbox setup-transports` does), then
  * prints `listening on <port>`; each outcome of the worker is one line (`handled …`, `retried …`, `failed …`).
+ * With `OTEL_EXPORTER_OTLP_ENDPOINT` set it exports its traces there (see tracing.ts).
  */
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
@@ -16,6 +17,7 @@ import { Config, Console, Effect, Layer, Schema } from "effect"
 import { TransportAdmin } from "effect-outbox"
 import { createServer } from "node:http"
 import { OutboxLive, pay, WorkerLive } from "./app.js"
+import { TracingLive } from "./tracing.js"
 
 /** The application's tables; the outbox's own come from `setup` below. */
 export const createTables = Effect.gen(function*() {
@@ -76,6 +78,12 @@ const HttpLive = HttpServer.serve(router).pipe(
 )
 
 // The server is built last, so it is closed first: no request is accepted once the worker is stopping.
-const App = HttpLive.pipe(Layer.provide(WorkerLive), Layer.provide(Setup), Layer.provideMerge(OutboxLive))
+// The tracer first: the server's and the worker's fibers are forked with it (see tracing.ts).
+const App = HttpLive.pipe(
+  Layer.provide(WorkerLive),
+  Layer.provide(Setup),
+  Layer.provideMerge(OutboxLive),
+  Layer.provide(TracingLive)
+)
 
 Layer.launch(App).pipe(NodeRuntime.runMain)
