@@ -7,7 +7,9 @@
  * - `unsampled` — metrics on, the OpenTelemetry SDK tracer (`@effect/opentelemetry` NodeSdk, parent-based sampling),
  *   every message stamped by an unsampled producer (`traceparent …-00`): spans made, none recorded;
  * - `sampled` — the same with sampled stamps (`…-01`): every `process` span recorded and handed to a batch span
- *   processor whose exporter drops them (the cost of tracing in the worker, without a collector's network).
+ *   processor whose exporter drops them (the cost of tracing in the worker, without a collector's network);
+ * - `otlp` — sampled stamps, Effect's own OTLP tracer (`@effect/opentelemetry/OtlpTracer`, no OpenTelemetry SDK)
+ *   exporting every span as JSON to a local HTTP sink.
  *
  * Prints a table of the median rate of each and its ratio to `metrics` and to `bare`.
  *
@@ -16,6 +18,9 @@
  * Starts its own embedded PostgreSQL unless DATABASE_URL names a server (a role that may create databases).
  */
 import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
+import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
+import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
+import { FetchHttpClient } from "@effect/platform"
 import {
   AlwaysOffSampler,
   AlwaysOnSampler,
@@ -25,8 +30,10 @@ import {
   type SpanExporter
 } from "@opentelemetry/sdk-trace-base"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as http from "node:http"
 import * as Worker from "../src/programs/worker/Worker.js"
 import { freshDatabase, settle, startCluster, withClient } from "./cluster.js"
 import { clock, queue, table } from "./common.js"
@@ -37,10 +44,10 @@ const messages = Number(messagesText)
 const rounds = Number(roundsText)
 const batchSize = 500
 
-type Configuration = "bare" | "metrics" | "unsampled" | "sampled"
+type Configuration = "bare" | "metrics" | "unsampled" | "sampled" | "otlp"
 const configurations: ReadonlyArray<Configuration> =
   (process.env.ONLY?.split(",") as Array<Configuration> | undefined) ??
-    ["bare", "metrics", "unsampled", "sampled"]
+    ["bare", "metrics", "unsampled", "sampled", "otlp"]
 
 /** An exporter that drops what it is given: the SDK's work is measured, no collector's. */
 const discard: SpanExporter = {
@@ -57,6 +64,25 @@ const tracerLayer = (sampled: boolean) =>
     }
   }))
 
+/** A local OTLP/HTTP endpoint that accepts every export and keeps nothing. */
+const startSink = async () => {
+  const server = http.createServer((request, response) => {
+    request.resume()
+    request.on("end", () => response.writeHead(200, { "content-type": "application/json" }).end("{}"))
+  })
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/v1/traces`,
+    close: () => server.close()
+  }
+}
+
+const otlpLayer = (url: string) =>
+  OtlpTracer.layer({ url, resource: { serviceName: "bench-observability" } }).pipe(
+    Layer.provide(OtlpSerialization.layerJson),
+    Layer.provide(FetchHttpClient.layer)
+  )
+
 /** Seeds rows as `Outbox.dispatch` writes them; traced ones carry a stamp of their own per message. */
 const seed = (url: string, stamp: "none" | "00" | "01") =>
   stamp === "none" ? Ours.seed(url, 1, messages) : withClient(url, async (client) => {
@@ -71,11 +97,14 @@ const seed = (url: string, stamp: "none" | "00" | "01") =>
     )
   })
 
-const run = async (adminUrl: string, configuration: Configuration): Promise<number> => {
+const run = async (adminUrl: string, configuration: Configuration, sinkUrl: string): Promise<number> => {
   const db = await freshDatabase(adminUrl, `observability_${configuration}`)
   try {
     await Ours.setup(db.url)
-    await seed(db.url, configuration === "unsampled" ? "00" : configuration === "sampled" ? "01" : "none")
+    await seed(
+      db.url,
+      configuration === "unsampled" ? "00" : configuration === "sampled" || configuration === "otlp" ? "01" : "none"
+    )
     await settle(db.url)
     let handled = 0
     const time = clock()
@@ -96,6 +125,8 @@ const run = async (adminUrl: string, configuration: Configuration): Promise<numb
     await Effect.runPromise(
       (configuration === "unsampled" || configuration === "sampled"
         ? Effect.provide(worker, tracerLayer(configuration === "sampled"))
+        : configuration === "otlp"
+        ? Effect.provide(worker, otlpLayer(sinkUrl))
         : worker).pipe(Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Error))
     )
     const seconds = time.seconds()
@@ -114,17 +145,18 @@ const median = (values: ReadonlyArray<number>) => {
 
 const main = async () => {
   const cluster = await startCluster({ noFsync: false, log: (line) => console.error(line) })
+  const sink = await startSink()
   try {
     const rates = new Map<Configuration, Array<number>>(configurations.map((c) => [c, []]))
     for (let round = 1; round <= rounds; round++) {
       for (const configuration of configurations) {
-        const rate = await run(cluster.adminUrl, configuration)
+        const rate = await run(cluster.adminUrl, configuration, sink.url)
         rates.get(configuration)!.push(rate)
         console.error(`round ${round}: ${configuration} ${Math.round(rate)} msg/s`)
       }
     }
-    const bare = median(rates.get("bare")!)
-    const metrics = median(rates.get("metrics")!)
+    const bare = median(rates.get("bare") ?? [NaN])
+    const metrics = median(rates.get("metrics") ?? [NaN])
     const format = (n: number) => Math.round(n).toLocaleString("en-US").replace(/,/g, " ")
     console.log(
       `Burn-down, batch ${batchSize}, ${
@@ -144,6 +176,7 @@ const main = async () => {
       )
     }
   } finally {
+    sink.close()
     await cluster.stop()
   }
 }
