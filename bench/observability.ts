@@ -4,6 +4,7 @@
  *
  * - `bare` — no metrics (`metrics: false`), no tracer;
  * - `metrics` — the default: metrics on, no tracer (Effect's default tracer: the worker makes no span);
+ * - `stamped` — metrics on, no tracer, every message stamped (`…-00`): what carrying a stamp costs by itself;
  * - `unsampled` — metrics on, the OpenTelemetry SDK tracer (`@effect/opentelemetry` NodeSdk, parent-based sampling),
  *   every message stamped by an unsampled producer (`traceparent …-00`): spans made, none recorded;
  * - `sampled` — the same with sampled stamps (`…-01`): every `process` span recorded and handed to a batch span
@@ -44,10 +45,10 @@ const messages = Number(messagesText)
 const rounds = Number(roundsText)
 const batchSize = 500
 
-type Configuration = "bare" | "metrics" | "unsampled" | "sampled" | "otlp"
+type Configuration = "bare" | "metrics" | "stamped" | "unsampled" | "sampled" | "otlp"
 const configurations: ReadonlyArray<Configuration> =
   (process.env.ONLY?.split(",") as Array<Configuration> | undefined) ??
-    ["bare", "metrics", "unsampled", "sampled", "otlp"]
+    ["bare", "metrics", "stamped", "unsampled", "sampled", "otlp"]
 
 /** An exporter that drops what it is given: the SDK's work is measured, no collector's. */
 const discard: SpanExporter = {
@@ -103,7 +104,11 @@ const run = async (adminUrl: string, configuration: Configuration, sinkUrl: stri
     await Ours.setup(db.url)
     await seed(
       db.url,
-      configuration === "unsampled" ? "00" : configuration === "sampled" || configuration === "otlp" ? "01" : "none"
+      configuration === "unsampled" || configuration === "stamped"
+        ? "00"
+        : configuration === "sampled" || configuration === "otlp"
+        ? "01"
+        : "none"
     )
     await settle(db.url)
     let handled = 0

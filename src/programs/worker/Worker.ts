@@ -79,8 +79,11 @@ export const run = (
   Effect.flatMap(TraceContext.installed, (tracer) =>
     tracer === undefined || options.tracing === false
       ? runWith(options, undefined)
-      // The worker's own steps make no span (an idle worker, none at all); its runner, where handlers run, traces.
-      : Effect.withTracerEnabled(Effect.zipRight(TraceContext.loadTraceState, runWith(options, tracer)), false))
+      // The worker's own steps run with Effect's native tracer: an idle worker makes no span (see `tracing.ts`).
+      : Effect.withTracer(
+        Effect.zipRight(TraceContext.loadTraceState, runWith(options, tracer)),
+        TraceContext.nativeTracer
+      ))
 
 const runWith = (options: WorkerOptions, tracer: Tracer.Tracer | undefined) =>
   Effect.gen(function*() {

@@ -18,13 +18,13 @@ import type * as Outcome from "../../domain/Outcome.js"
 import * as TraceContext from "../../internal/traceContext.js"
 
 /**
- * How a worker traces: the application's tracer and the worker's clock. The worker runs with tracing disabled (its
- * claims, acks, lease renewals and empty polls make no span); only its handlers run with it enabled, in their
- * message's span.
+ * How a worker traces: the application's tracer and the worker's clock. The worker runs with Effect's native
+ * tracer, which exports nothing (its claims, acks, lease renewals and empty polls make no span anyone sees); only
+ * its handlers run with the application's tracer, in their message's span.
  *
  * A traced message costs a span and one scope change, an unsampled one nothing: the application's tracer may do
- * work on every step of a fiber that has a span (`@effect/opentelemetry`'s bridges each step to the OpenTelemetry
- * context), so as few steps as possible run in one (see BENCHMARKS.md, tracing).
+ * work on every step of a fiber (`@effect/opentelemetry`'s bridges each step that has a span to the OpenTelemetry
+ * context), so as few steps as possible run with it (see BENCHMARKS.md, tracing).
  *
  * @internal
  */
@@ -35,7 +35,7 @@ export interface Tracing {
 
 /**
  * One message's started `process` span — none for a message whose sender was not sampled — and `run`, which runs a
- * handler in it. Unsampled, the handler runs with tracing still disabled: its spans are recorded nowhere, as a
+ * handler in it. Unsampled, the handler runs with the worker's native tracer: its spans are recorded nowhere, as a
  * parent-based sampler (OpenTelemetry's default) would have decided.
  *
  * @internal
@@ -72,7 +72,7 @@ export const start = (tracing: Tracing, row: ReceivedMessage, headers: Headers.H
   span.attribute("effect_outbox.message.deliveries", row.deliveries)
   return {
     span,
-    run: (handler) => Effect.withTracerEnabled(Effect.withParentSpan(handler, span), true)
+    run: (handler) => Effect.withTracer(Effect.withParentSpan(handler, span), tracing.tracer)
   }
 }
 
