@@ -3,7 +3,8 @@
  * `bench/main.ts --quick --no-write --json` on the library as it ships (the compiled dist/, through
  * bench/compiled-library.mjs; `npm run bench:smoke` builds it first) and checks its output: every contender
  * runs and prints a positive figure, the raw-SQL contender still runs the transport's own statements, and the
- * tables name every contender. It never rewrites BENCHMARKS.md (`--no-write`).
+ * tables name every contender. It never rewrites BENCHMARKS.md (`--no-write`). Then a small run of
+ * `bench/observability.ts` (every configuration prints a positive rate).
  *
  * The benchmark starts its own embedded PostgreSQL, unless DATABASE_URL names a server (a role that may create
  * databases). Exits 0 when every check passed, 1 otherwise.
@@ -182,6 +183,37 @@ if (line !== undefined) {
       check(false, `the BENCH_JSON result lacks a field: ${String(error)}`)
     }
   }
+}
+
+// The observability benchmark (`npm run bench:observability`): every configuration runs and prints a rate.
+const observability = await new Promise<{ readonly code: number | null; readonly stdout: string }>((resolve) => {
+  const child = spawn(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      "--import",
+      path.join(root, "bench", "compiled-library.mjs"),
+      path.join(root, "bench", "observability.ts"),
+      "2000",
+      "1"
+    ],
+    { cwd: root, env: process.env, stdio: ["ignore", "pipe", "inherit"] }
+  )
+  let stdout = ""
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk
+    process.stdout.write(chunk)
+  })
+  child.on("close", (code) => resolve({ code, stdout }))
+})
+check(observability.code === 0, `the observability benchmark exited with ${observability.code}`)
+for (const configuration of ["bare", "metrics", "stamped", "unsampled", "sampled", "otlp"]) {
+  const row = new RegExp(`^\\| ${configuration} \\| ([\\d ]+) \\|`, "m").exec(observability.stdout)
+  check(
+    row !== null && Number(row[1]!.replace(/ /g, "")) > 0,
+    `observability: no positive rate for ${configuration}`
+  )
 }
 
 for (const failure of failures) process.stderr.write(`bench:smoke FAILED: ${failure}\n`)
