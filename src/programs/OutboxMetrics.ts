@@ -187,6 +187,23 @@ export const messageLabels = (transport: string, type: string): ReadonlyArray<Me
   labelsOf(transport, "type", type)
 
 /**
+ * Exports the worker's counters from its start, at 0 — per transport, and per transport and handled type — so that
+ * the first retry, failure or restart is an increase (`increase()` and `rate()` cannot see a series' first value).
+ *
+ * @internal
+ */
+export const initialize = (transports: ReadonlyArray<string>, types: ReadonlyArray<[string, string]>): void => {
+  for (const [transport, type] of types) {
+    const labels = messageLabels(transport, type)
+    handled.unsafeUpdate(0, labels)
+    retried.unsafeUpdate(0, labels)
+    failed.unsafeUpdate(0, labels)
+  }
+  for (const transport of transports) leaseRenewals.unsafeUpdate(0, transportLabels(transport))
+  loopRestarts.unsafeUpdate(0, [])
+}
+
+/**
  * Samples the queue gauges of these transports once, through `TransportAdmin.stats` (the operator's view: one
  * query per transport).
  *

@@ -9,6 +9,7 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as MetricLabel from "effect/MetricLabel"
 import type * as MetricState from "effect/MetricState"
+import * as Schema from "effect/Schema"
 import * as TestClock from "effect/TestClock"
 import { UnrecoverableMessageHandlingError } from "../../src/domain/Errors.js"
 import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
@@ -20,6 +21,9 @@ import * as Outbox from "../../src/services/Outbox.js"
 import { Transport } from "../../src/services/Transport.js"
 import { memoryStack } from "../support/memory.js"
 import { OrderPaid, OrderShipped } from "../support/messages.js"
+
+/** A type no other test sends: its series exist only if the worker exported them at start. */
+class NeverSent extends Schema.TaggedClass<NeverSent>()("NeverSent", {}) {}
 
 const stack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(handlers: Hs) =>
   memoryStack(handlers, { default: { maxRetries: 1, delay: "1 second" } })
@@ -78,6 +82,21 @@ describe("worker metrics", () => {
       expect(at(0.25) - at(0.1)).toBeGreaterThanOrEqual(2)
       const claims = yield* histogram(OutboxMetrics.claimBatchSize, OutboxMetrics.transportLabels("outbox"))
       expect(claims.count - before.claims).toBe(2)
+    }))
+
+  it.effect("export the counters at 0 from the worker's start: the first failure is an increase", () =>
+    Effect.gen(function*() {
+      yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true }).pipe(
+        Effect.provide(stack([Handlers.handler(NeverSent, () => Effect.void)]))
+      )
+      const exported = (yield* Metric.snapshot).map((pair) =>
+        `${pair.metricKey.name}{${pair.metricKey.tags.map((t) => `${t.key}=${t.value}`).join(",")}}`
+      )
+      for (const name of ["outbox_messages_handled", "outbox_messages_retried", "outbox_messages_failed"]) {
+        expect(exported).toContain(`${name}{transport=outbox,type=NeverSent}`)
+      }
+      expect(exported).toContain("outbox_lease_renewals{transport=outbox}")
+      expect(exported).toContain("outbox_worker_loop_restarts{}")
     }))
 
   it.effect("record nothing with metrics: false", () =>

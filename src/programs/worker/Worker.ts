@@ -128,6 +128,17 @@ const runWith = (options: WorkerOptions, tracer: Tracer.Tracer | undefined) =>
       watchdog: Watchdog.make(clock, handlerTimeout),
       countsDeliveries: new Map(session.transports.map((name, i) => [name, capabilities[i]?.countsDeliveries ?? true]))
     }
+    if (state.metrics) {
+      OutboxMetrics.initialize(
+        session.transports,
+        session.transports.flatMap((name) =>
+          registry.types.filter((type) => registry.handlersFor(type, name).length > 0).map((type): [string, string] => [
+            name,
+            type
+          ])
+        )
+      )
+    }
     const store = yield* Effect.serviceOption(IdempotencyStore.IdempotencyStore)
     if (Option.isSome(store) && options.idempotencyPurge !== false) {
       yield* Effect.forkScoped(
