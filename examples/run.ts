@@ -158,7 +158,9 @@ const runHttpExample = async (db: pg.Client, url: string) => {
       check(processes.length === 1, `send ${send.spanId}: ${processes.length} \`process outbox\` children, expected 1`)
       check(processes[0]!.traceId === request!.traceId, `process ${processes[0]!.spanId} is not in the request's trace`)
     }
-    console.log(`✔ http-api: ${sends.length} traces over OTLP from the request through dispatch to the worker's handler`)
+    console.log(
+      `✔ http-api: ${sends.length} traces over OTLP from the request through dispatch to the worker's handler`
+    )
   } finally {
     if (app.proc.exitCode === null) app.proc.kill("SIGKILL")
     collector.close()
