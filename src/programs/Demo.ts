@@ -8,6 +8,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
 import * as Schedule from "effect/Schedule"
 import * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../layers/PgTransport.js"
@@ -27,12 +28,14 @@ import {
   invoiceCounts,
   invoicedAgain,
   issueInvoice,
+  OrderPaid,
   payments,
   printSummary,
   queueCounts,
   sayer,
   transportOptions
 } from "./demoShared.js"
+import * as OutboxMetrics from "./OutboxMetrics.js"
 import * as Worker from "./worker/Worker.js"
 
 export {
@@ -119,6 +122,15 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
       )
 
       const invoices = yield* invoiceCounts
+      // The worker's own metrics (OutboxMetrics), as a scrape of /metrics would show them.
+      const meanMs = (state: { readonly count: number; readonly sum: number }) =>
+        state.count === 0 ? "–" : `${(state.sum / state.count * 1000).toFixed(1)} ms (${state.count} messages)`
+      const handlerTime = yield* Metric.value(
+        Metric.taggedWithLabels(OutboxMetrics.handlerDuration, OutboxMetrics.messageLabels("outbox", OrderPaid._tag))
+      )
+      const startDelay = yield* Metric.value(
+        Metric.taggedWithLabels(OutboxMetrics.messageAge, OutboxMetrics.transportLabels("outbox"))
+      )
       const summary: DemoSummary = {
         committed: paid.committed,
         rolledBack: paid.rolledBack,
@@ -137,7 +149,9 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
           ["handled twice (duplicates)", summary.duplicates],
           ["rolled-back orders handled", invoices.rolledBackHandled],
           ["redelivered on purpose", again.length],
-          ["invoices issued", `${invoices.total} (for ${invoices.orders} orders)`]
+          ["invoices issued", `${invoices.total} (for ${invoices.orders} orders)`],
+          ["handler time, mean", meanMs(handlerTime)],
+          ["commit to handler start, mean", meanMs(startDelay)]
         ],
         ok: summary.handled === summary.committed && summary.failed === 0 && summary.duplicates === 0 &&
           invoices.rolledBackHandled === 0 && invoices.orders === summary.committed &&
