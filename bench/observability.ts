@@ -18,18 +18,9 @@
  *
  * Starts its own embedded PostgreSQL unless DATABASE_URL names a server (a role that may create databases).
  */
-import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
 import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
 import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import { FetchHttpClient } from "@effect/platform"
-import {
-  AlwaysOffSampler,
-  AlwaysOnSampler,
-  BatchSpanProcessor,
-  ParentBasedSampler,
-  type ReadableSpan,
-  type SpanExporter
-} from "@opentelemetry/sdk-trace-base"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
@@ -39,6 +30,7 @@ import * as Worker from "../src/programs/worker/Worker.js"
 import { freshDatabase, settle, startCluster, withClient } from "./cluster.js"
 import { clock, queue, table } from "./common.js"
 import * as Ours from "./ours.js"
+import { sdkTracer } from "./tracer.js"
 
 const [messagesText = "50000", roundsText = "3"] = process.argv.slice(2)
 const messages = Number(messagesText)
@@ -49,21 +41,6 @@ type Configuration = "bare" | "metrics" | "stamped" | "unsampled" | "sampled" | 
 const configurations: ReadonlyArray<Configuration> =
   (process.env.ONLY?.split(",") as Array<Configuration> | undefined) ??
     ["bare", "metrics", "stamped", "unsampled", "sampled", "otlp"]
-
-/** An exporter that drops what it is given: the SDK's work is measured, no collector's. */
-const discard: SpanExporter = {
-  export: (_spans: Array<ReadableSpan>, done) => done({ code: 0 }),
-  shutdown: () => Promise.resolve()
-}
-
-const tracerLayer = (sampled: boolean) =>
-  NodeSdk.layer(() => ({
-    resource: { serviceName: "bench-observability" },
-    spanProcessor: new BatchSpanProcessor(discard, { maxQueueSize: 65_536, maxExportBatchSize: 4096 }),
-    tracerConfig: {
-      sampler: new ParentBasedSampler({ root: sampled ? new AlwaysOnSampler() : new AlwaysOffSampler() })
-    }
-  }))
 
 /** A local OTLP/HTTP endpoint that accepts every export and keeps nothing. */
 const startSink = async () => {
@@ -129,7 +106,7 @@ const run = async (adminUrl: string, configuration: Configuration, sinkUrl: stri
     )
     await Effect.runPromise(
       (configuration === "unsampled" || configuration === "sampled"
-        ? Effect.provide(worker, tracerLayer(configuration === "sampled"))
+        ? Effect.provide(worker, sdkTracer("bench-observability", configuration === "sampled"))
         : configuration === "otlp"
         ? Effect.provide(worker, otlpLayer(sinkUrl))
         : worker).pipe(Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Error))

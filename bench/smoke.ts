@@ -45,21 +45,22 @@ interface BenchJson {
   readonly targets: ReadonlyArray<{ readonly name: string }>
 }
 
+/** The arguments that run a benchmark program on the compiled library. */
+const benchArgs = (program: string, args: ReadonlyArray<string>) => [
+  "--import",
+  "tsx",
+  "--import",
+  path.join(root, "bench", "compiled-library.mjs"),
+  path.join(root, "bench", program),
+  ...args
+]
+
 const runQuick = () =>
   new Promise<{ readonly code: number | null; readonly signal: string | null; readonly stdout: string }>(
     (resolve, reject) => {
       const child = spawn(
         process.execPath,
-        [
-          "--import",
-          "tsx",
-          "--import",
-          path.join(root, "bench", "compiled-library.mjs"),
-          path.join(root, "bench", "main.ts"),
-          "--quick",
-          "--no-write",
-          "--json"
-        ],
+        benchArgs("main.ts", ["--quick", "--no-write", "--json"]),
         { cwd: root, env: process.env, stdio: ["ignore", "pipe", "inherit"] }
       )
       const timer = setTimeout(() => {
@@ -187,19 +188,11 @@ if (line !== undefined) {
 
 // The observability benchmark (`npm run bench:observability`): every configuration runs and prints a rate.
 const observability = await new Promise<{ readonly code: number | null; readonly stdout: string }>((resolve) => {
-  const child = spawn(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      "--import",
-      path.join(root, "bench", "compiled-library.mjs"),
-      path.join(root, "bench", "observability.ts"),
-      "2000",
-      "1"
-    ],
-    { cwd: root, env: process.env, stdio: ["ignore", "pipe", "inherit"] }
-  )
+  const child = spawn(process.execPath, benchArgs("observability.ts", ["2000", "1"]), {
+    cwd: root,
+    env: process.env,
+    stdio: ["ignore", "pipe", "inherit"]
+  })
   let stdout = ""
   child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
     stdout += chunk

@@ -10,14 +10,6 @@
  * with NO_TRACER=1 the messages are stamped but no tracer is installed, with WORKER_TRACING=off the tracer is
  * installed but the worker does not trace (`tracing: false`).
  */
-import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
-import {
-  AlwaysOffSampler,
-  AlwaysOnSampler,
-  BatchSpanProcessor,
-  ParentBasedSampler,
-  type SpanExporter
-} from "@opentelemetry/sdk-trace-base"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -30,23 +22,12 @@ import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import { type Capabilities, type Session, Transport, type TransportShape } from "../src/services/Transport.js"
 import { BenchNoop } from "./common.js"
+import { sdkTracer } from "./tracer.js"
 
 const messages = 50_000
 const tracing = process.env.TRACING === "sampled" || process.env.TRACING === "unsampled"
   ? process.env.TRACING
   : undefined
-
-/** An exporter that drops what it is given: the SDK's work is measured, no collector's. */
-const discard: SpanExporter = { export: (_spans, done) => done({ code: 0 }), shutdown: () => Promise.resolve() }
-
-const tracer = (sampled: boolean) =>
-  NodeSdk.layer(() => ({
-    resource: { serviceName: "worker-cpu" },
-    spanProcessor: new BatchSpanProcessor(discard, { maxQueueSize: 65_536, maxExportBatchSize: 4096 }),
-    tracerConfig: {
-      sampler: new ParentBasedSampler({ root: sampled ? new AlwaysOnSampler() : new AlwaysOffSampler() })
-    }
-  }))
 
 /** Only what `Worker.run` calls on the happy path (a cast keeps this aid compiling as the interface grows). */
 const stub = (rows: ReadonlyArray<ReceivedMessage>): TransportShape => {
@@ -114,7 +95,7 @@ for (const batchSize of (process.argv[2] ?? "500,500,50,1").split(",").map(Numbe
       Effect.provide(layer),
       tracing === undefined || process.env.NO_TRACER === "1"
         ? (self) => self
-        : Effect.provide(tracer(tracing === "sampled")),
+        : Effect.provide(sdkTracer("worker-cpu", tracing === "sampled")),
       Logger.withMinimumLogLevel(LogLevel.Error)
     )
   )

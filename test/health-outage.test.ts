@@ -5,15 +5,15 @@
  * dispatched after it. The server is this file's own (stopping the suite's shared one would fail the other files),
  * so the test runs on it whether or not DATABASE_URL names a server, as the other outage tests do.
  */
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import * as EmbeddedPostgres from "../src/programs/EmbeddedPostgres.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { type Proc, spawnScript } from "./support/cli.js"
+import { ownServer } from "./support/database.js"
 import { outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
 
@@ -87,19 +87,13 @@ const stopProcess = (proc: Proc) =>
   })
 
 describe("the worker's probes through a PostgreSQL outage", () => {
-  let server: EmbeddedPostgres.RunningPostgres | undefined
-  beforeAll(async () => {
-    server = await EmbeddedPostgres.start()
-  }, 60_000)
-  afterAll(async () => {
-    await server?.stop()
-  })
+  const server = ownServer()
 
   it.live(
     "/readyz and /healthz turn 503 while the server is down (stalled past --stall-after), 200 once it is back",
     () =>
       Effect.gen(function*() {
-        const pg = server!
+        const pg = server()
         const table = uniqueTable("health_outage")
         // Each its own short-lived pool, closed before the server stops: only the worker sees the outage.
         const dispatch = (orderId: number) =>

@@ -3,19 +3,18 @@
  * that kill their worker.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
-import * as EmbeddedPostgres from "../src/programs/EmbeddedPostgres.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { spawnScript } from "./support/cli.js"
-import { testDatabase } from "./support/database.js"
+import { ownServer, testDatabase } from "./support/database.js"
 import { claimNow, outboxStack, pgLayer, uniqueTable } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
 
@@ -168,13 +167,7 @@ describe("operating workers", () => {
 })
 
 describe("surviving a PostgreSQL restart", () => {
-  let server: EmbeddedPostgres.RunningPostgres | undefined
-  beforeAll(async () => {
-    server = await EmbeddedPostgres.start()
-  }, 60_000)
-  afterAll(async () => {
-    await server?.stop()
-  })
+  const server = ownServer()
 
   it.live(
     "a restart in the middle of a consume run: every committed message handled, no duplicate, no exit",
@@ -191,7 +184,7 @@ describe("surviving a PostgreSQL restart", () => {
               Effect.zipRight(Effect.sleep("5 millis"))
             ))]
         })
-        const restartable = Layer.orDie(pgLayer(server!.url))
+        const restartable = Layer.orDie(pgLayer(server().url))
         yield* Effect.gen(function*() {
           const outbox = yield* Outbox.Outbox
           yield* outbox.dispatchAll(Array.from({ length: total }, (_, i) =>
@@ -202,7 +195,7 @@ describe("surviving a PostgreSQL restart", () => {
           // Restart once the worker is well into the run.
           yield* Effect.sleep("20 millis").pipe(Effect.repeat({ until: () => seen.size >= 50 }))
           const before = seen.size
-          yield* Effect.promise(() => server!.restart())
+          yield* Effect.promise(() => server().restart())
           expect(before).toBeLessThan(total) // the restart really happened mid-run
           const summary = yield* Fiber.join(worker).pipe(Effect.timeout("60 seconds"))
           expect(summary.handled).toBe(total)

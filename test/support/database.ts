@@ -4,7 +4,8 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import pg from "pg"
-import { beforeAll, inject } from "vitest"
+import { afterAll, beforeAll, inject } from "vitest"
+import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
 
 /** The URL of the server's maintenance database, from the global setup. */
 export const adminUrl = (): string => inject("adminDatabaseUrl")
@@ -77,4 +78,19 @@ export const query = async <R extends Record<string, unknown>>(
   } finally {
     await client.end()
   }
+}
+
+/**
+ * A PostgreSQL server of the calling `describe`'s own, started before its tests and stopped after them: for tests
+ * that stop or restart it (the suite's shared server must stay up for the other files). Call the result for it.
+ */
+export const ownServer = (): () => EmbeddedPostgres.RunningPostgres => {
+  let server: EmbeddedPostgres.RunningPostgres | undefined
+  beforeAll(async () => {
+    server = await EmbeddedPostgres.start()
+  }, 60_000)
+  afterAll(async () => {
+    await server?.stop()
+  })
+  return () => server!
 }
