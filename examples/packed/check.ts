@@ -15,7 +15,13 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
-const examples = ["http-api/app.ts", "http-api/main.ts", "worker-only/main.ts", "testing/handlers.test.ts"]
+const examples = [
+  "http-api/app.ts",
+  "http-api/main.ts",
+  "http-api/tracing.ts",
+  "worker-only/main.ts",
+  "testing/handlers.test.ts"
+]
 
 const tsconfig = {
   compilerOptions: {
