@@ -105,7 +105,8 @@ describe("AMQP transport", () => {
         browsing: false,
         countsDeliveries: false,
         stableIds: false,
-        ackWithClaim: false
+        ackWithClaim: false,
+        orderingKeys: false
       }))
       expect(transport.capabilities("nope")).toEqual(Option.none())
       expect(transport.lease("amqp")).toEqual(Option.none())

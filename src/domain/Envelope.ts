@@ -55,6 +55,11 @@ export interface OutgoingMessage {
    */
   readonly traceparent?: string
   readonly tracestate?: string
+  /**
+   * The ordering key (see `Outbox.DispatchOptions.orderingKey`): messages of one key on one transport are handled
+   * one at a time, in the order they were sent. Only transports with the `orderingKeys` capability take one.
+   */
+  readonly orderingKey?: string
 }
 
 /**
@@ -74,6 +79,8 @@ export interface ReceivedMessage {
   readonly createdAt: Date
   readonly availableAt: Date
   readonly deliveries: number
+  /** The message's ordering key, when it was sent with one. */
+  readonly orderingKey?: string
 }
 
 /**
@@ -117,7 +124,7 @@ export interface TransportStats {
  * @category constructors
  */
 export const resend = (
-  message: Pick<ReceivedMessage | StoredMessage, "messageId" | "body">,
+  message: Pick<ReceivedMessage | StoredMessage, "messageId" | "body" | "orderingKey">,
   headers: Headers
 ): OutgoingMessage => ({
   messageId: message.messageId as MessageId,
@@ -126,5 +133,6 @@ export const resend = (
   headers: encodeHeaders(headers),
   delayMs: 0,
   ...(headers.traceparent !== undefined ? { traceparent: headers.traceparent } : {}),
-  ...(headers.tracestate !== undefined ? { tracestate: headers.tracestate } : {})
+  ...(headers.tracestate !== undefined ? { tracestate: headers.tracestate } : {}),
+  ...(message.orderingKey !== undefined ? { orderingKey: message.orderingKey } : {})
 })

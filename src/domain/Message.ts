@@ -39,6 +39,45 @@ export interface MessageClass<A extends Tagged = any, I = any> extends Schema.Sc
 }
 
 /**
+ * The method a message class defines to give its messages an ordering key (see `Outbox.DispatchOptions`), e.g.
+ * the aggregate's id, so that every dispatch of it is ordered without saying so:
+ *
+ * @example
+ * ```ts
+ * class OrderPaid extends Schema.TaggedClass<OrderPaid>()("OrderPaid", { orderId: Schema.Int }) {
+ *   [Message.orderingKey]() {
+ *     return `order-${this.orderId}`
+ *   }
+ * }
+ * ```
+ *
+ * @since 0.1.0
+ * @category ordering
+ */
+export const orderingKey: unique symbol = Symbol.for("effect-outbox/Message/orderingKey") as never
+
+/**
+ * A message whose class derives its ordering key.
+ *
+ * @since 0.1.0
+ * @category ordering
+ */
+export interface OrderingKeyed {
+  readonly [orderingKey]: () => string
+}
+
+/**
+ * The ordering key a message's class derives for it, if its class defines one.
+ *
+ * @since 0.1.0
+ * @category ordering
+ */
+export const orderingKeyOf = (message: Tagged): unknown => {
+  const derive = (message as Partial<OrderingKeyed>)[orderingKey]
+  return typeof derive === "function" ? derive.call(message) : undefined
+}
+
+/**
  * Returns the message class of a message instance (its constructor), if it is a schema.
  *
  * @since 0.1.0

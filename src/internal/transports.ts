@@ -69,7 +69,8 @@ export const noCapabilities: Capabilities = {
   browsing: false,
   countsDeliveries: false,
   stableIds: false,
-  ackWithClaim: false
+  ackWithClaim: false,
+  orderingKeys: false
 }
 
 /**
@@ -83,5 +84,6 @@ export const rowCapabilities: Capabilities = {
   browsing: true,
   countsDeliveries: true,
   stableIds: true,
-  ackWithClaim: true
+  ackWithClaim: true,
+  orderingKeys: false
 }

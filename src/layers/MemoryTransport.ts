@@ -24,7 +24,7 @@ import {
   rowCapabilities,
   unknownTransport
 } from "../internal/transports.js"
-import { Transport } from "../services/Transport.js"
+import { type Capabilities, Transport } from "../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
 
 interface Row {
@@ -37,6 +37,9 @@ interface Row {
   readonly availableAt: number
   readonly deliveredAt: number | null
   readonly deliveries: number
+  readonly orderingKey: string | null
+  /** In a failure transport: the transport whose key this message blocks (until it is retried or removed). */
+  readonly blocks: string | null
 }
 
 /**
@@ -47,7 +50,15 @@ interface Row {
  */
 export interface Options {
   readonly transports?: Readonly<
-    Record<string, { readonly redeliverTimeout?: Duration.DurationInput; readonly failureTransport?: string }>
+    Record<string, {
+      readonly redeliverTimeout?: Duration.DurationInput
+      readonly failureTransport?: string
+      /**
+       * What an ordering key does once one of its messages went to the failure transport: `block` (the default)
+       * holds the key's later messages until that message is retried or removed; `skip` goes on with them.
+       */
+      readonly keyAfterFailure?: "block" | "skip"
+    }>
   >
 }
 
@@ -83,7 +94,7 @@ export class MemoryTransport
  */
 export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape, OutboxConfigError> =>
   Effect.gen(function*() {
-    const config = new Map<string, { leaseMs: number; failureTransport: string }>()
+    const config = new Map<string, { leaseMs: number; failureTransport: string; blocksKeys: boolean }>()
     for (const [name, failureTransport, o] of failureTransports(options.transports ?? { outbox: {} })) {
       yield* Identifier.validateQueueName(name)
       yield* Identifier.validateQueueName(failureTransport)
@@ -91,7 +102,11 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
         `Transport ${name}: redeliverTimeout`,
         o?.redeliverTimeout ?? defaultRedeliverTimeout
       )
-      config.set(name, { leaseMs: Duration.toMillis(lease), failureTransport })
+      config.set(name, {
+        leaseMs: Duration.toMillis(lease),
+        failureTransport,
+        blocksKeys: o?.keyAfterFailure !== "skip"
+      })
     }
     const rows = new Map<string, Row>()
     const hints = yield* PubSub.sliding<string>(64)
@@ -112,7 +127,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       createdAt: new Date(row.createdAt),
       availableAt: new Date(row.availableAt),
       deliveredAt: row.deliveredAt === null ? null : new Date(row.deliveredAt),
-      deliveries: row.deliveries
+      deliveries: row.deliveries,
+      ...(row.orderingKey === null ? {} : { orderingKey: row.orderingKey })
     })
 
     /** Milliseconds until the next message of a queue may become claimable (unclaimed: its availability; claimed: its lease's end). */
@@ -126,6 +142,20 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       return due === undefined ? Option.none() : Option.some(Duration.millis(Math.max(0, due - now)))
     }
 
+    /** Per ordering key of a transport: its head (the earliest sent message still in it), and the keys blocked. */
+    const keysOf = (name: string) => {
+      const heads = new Map<string, string>()
+      const blocked = new Set<string>()
+      for (const row of rows.values()) {
+        if (row.orderingKey === null) continue
+        if (row.queueName === name) {
+          const head = heads.get(row.orderingKey)
+          if (head === undefined || compareIds(row.id, head) < 0) heads.set(row.orderingKey, row.id)
+        } else if (row.blocks === name) blocked.add(row.orderingKey)
+      }
+      return { blocked, heads }
+    }
+
     const claim = (name: string, batchSize: number, acks: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const { leaseMs } = yield* lookup(name)
@@ -133,10 +163,15 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
         const now = yield* Clock.currentTimeMillis
         const limit = Math.max(1, Math.floor(batchSize))
         const claimed: Array<ReceivedMessage> = []
+        const { blocked, heads } = keysOf(name)
         for (const row of ordered()) {
           if (claimed.length >= limit) break
           if (row.queueName !== name || row.availableAt > now) continue
           if (row.deliveredAt !== null && row.deliveredAt >= now - leaseMs) continue
+          // A key's message only as its head (the earliest sent still here), and not while a failure blocks it.
+          if (row.orderingKey !== null && (heads.get(row.orderingKey) !== row.id || blocked.has(row.orderingKey))) {
+            continue
+          }
           const next = { ...row, deliveredAt: now, deliveries: row.deliveries + 1 }
           rows.set(row.id, next)
           claimed.push({
@@ -147,7 +182,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             headers: next.headers,
             createdAt: new Date(next.createdAt),
             availableAt: new Date(next.availableAt),
-            deliveries: next.deliveries
+            deliveries: next.deliveries,
+            ...(next.orderingKey === null ? {} : { orderingKey: next.orderingKey })
           })
         }
         return { messages: claimed, nextDue: claimed.length > 0 ? Option.none() : nextDue(name, leaseMs, now) }
@@ -164,7 +200,7 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
 
     const transport: MemoryTransportShape = {
       names: Array.from(config.keys()),
-      capabilities: (name) => (config.has(name) ? Option.some(rowCapabilities) : Option.none()),
+      capabilities: (name) => (config.has(name) ? Option.some(capabilities) : Option.none()),
       failureTransport: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => c.failureTransport),
       lease: (name) => Option.map(Option.fromNullable(config.get(name)), (c) => Duration.millis(c.leaseMs)),
       setup: Effect.succeed([]),
@@ -184,7 +220,9 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
               createdAt: now,
               availableAt: now + m.delayMs,
               deliveredAt: null,
-              deliveries: 0
+              deliveries: 0,
+              orderingKey: m.orderingKey ?? null,
+              blocks: null
             })
           }
           if (messages.length > 0) hint(name)
@@ -222,15 +260,17 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           }))),
       fail: (message, headers) =>
         Effect.gen(function*() {
-          const { failureTransport } = yield* lookup(message.transport)
+          const { blocksKeys, failureTransport } = yield* lookup(message.transport)
           const now = yield* Clock.currentTimeMillis
           yield* updateIn(message.transport, [message.id], (row) => ({
             ...row,
             queueName: failureTransport,
             availableAt: now,
             deliveredAt: null,
-            headers: Headers.encode(headers)
+            headers: Headers.encode(headers),
+            blocks: blocksKeys && row.orderingKey !== null ? message.transport : null
           }))
+          if (!blocksKeys) hint(message.transport)
         }),
       keepalive: (name, ids) =>
         Effect.flatMap(
@@ -283,7 +323,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             availableAt: now,
             deliveredAt: null,
             deliveries: 0,
-            headers: Headers.encode(headers)
+            headers: Headers.encode(headers),
+            blocks: null
           })
           hint(to)
           return true
@@ -339,6 +380,9 @@ export const layer = (
       (t) => Context.make(Transport, t).pipe(Context.add(TransportAdmin, t), Context.add(MemoryTransport, t))
     )
   )
+
+/** A row store's capabilities, ordering keys included. */
+const capabilities: Capabilities = { ...rowCapabilities, orderingKeys: true }
 
 const byId = (a: Row, b: Row): number => compareIds(a.id, b.id)
 

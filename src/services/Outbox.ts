@@ -7,9 +7,11 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import type { OutgoingMessage } from "../domain/Envelope.js"
 import {
   MessageEncodeError,
+  OutboxConfigError,
   type StorageNotReadyError,
   type TransportError,
   type UnknownTransportError
@@ -18,6 +20,7 @@ import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
 import * as MessageId from "../domain/MessageId.js"
 import * as Routing from "../domain/Routing.js"
+import { cut, maxNameLength } from "../internal/text.js"
 import * as TraceContext from "../internal/traceContext.js"
 import { Transport } from "./Transport.js"
 
@@ -34,6 +37,13 @@ export interface DispatchOptions {
   readonly transportNames?: ReadonlyArray<string>
   /** Application headers stored with the message. */
   readonly headers?: Readonly<Record<string, string>>
+  /**
+   * The ordering key: messages with the same key on the same transport are handled one at a time, in the order
+   * their transactions committed, by any number of workers; messages of different keys (and without one) run in
+   * parallel. Overrides the key the message's class derives (`Message.orderingKey`). 1 to 200 characters; the
+   * transport must have the `orderingKeys` capability.
+   */
+  readonly orderingKey?: string
 }
 
 /**
@@ -76,7 +86,12 @@ interface NotAnInstance {
  * @since 0.1.0
  * @category errors
  */
-export type DispatchError = MessageEncodeError | TransportError | UnknownTransportError | StorageNotReadyError
+export type DispatchError =
+  | MessageEncodeError
+  | OutboxConfigError
+  | TransportError
+  | UnknownTransportError
+  | StorageNotReadyError
 
 /**
  * @since 0.1.0
@@ -119,6 +134,14 @@ const prepare = (
       return yield* new MessageEncodeError({ type: message._tag, message: `Invalid delay: ${String(options.delay)}` })
     }
     const body = yield* Message.encodeBody(message)
+    const orderingKey = options.orderingKey ?? Message.orderingKeyOf(message)
+    if (orderingKey !== undefined && !validOrderingKey(orderingKey)) {
+      return yield* new MessageEncodeError({
+        type: message._tag,
+        message: `Invalid ordering key: ${cut(JSON.stringify(orderingKey) ?? String(orderingKey), maxNameLength)} ` +
+          `(a string of 1 to ${maxNameLength} characters)`
+      })
+    }
     // Built from checked values: no second validation on the dispatch path (see BENCHMARKS.md, dispatch).
     const headers = new Headers.Headers({
       type: message._tag,
@@ -133,9 +156,13 @@ const prepare = (
       body,
       headers: Headers.encode(headers),
       delayMs: delay,
-      ...stamp
+      ...stamp,
+      ...(orderingKey !== undefined ? { orderingKey: orderingKey as string } : {})
     }
   })
+
+const validOrderingKey = (key: unknown): key is string =>
+  typeof key === "string" && key.length > 0 && key.length <= maxNameLength
 
 /**
  * Builds the outbox over the `Transport` service with a routing table.
@@ -155,6 +182,18 @@ export const make = (routing: Routing.Routing = {}): Effect.Effect<OutboxShape, 
       Effect.gen(function*() {
         const prepared = yield* Effect.forEach(messages, (m) => prepare(m, options, stamp))
         const byTransport = new Map<string, Array<OutgoingMessage>>()
+        for (let i = 0; i < prepared.length; i++) {
+          if (prepared[i]!.orderingKey === undefined) continue
+          for (const name of destinations[i]!) {
+            const capabilities = transport.capabilities(name)
+            if (Option.isSome(capabilities) && !capabilities.value.orderingKeys) {
+              return yield* new OutboxConfigError({
+                message: `Transport ${name} does not keep ordering keys: ${prepared[i]!.type} was dispatched with ` +
+                  `one (send it to a transport that does, or without a key)`
+              })
+            }
+          }
+        }
         prepared.forEach((outgoing, i) => {
           for (const name of destinations[i]!) {
             const list = byTransport.get(name) ?? []

@@ -38,6 +38,13 @@ export interface Capabilities {
   readonly stableIds: boolean
   /** `Session.claim` carries the acks in the same round trip and transaction as the claim. */
   readonly ackWithClaim: boolean
+  /**
+   * Messages sent with an ordering key are handed out one at a time per key, in the order they were sent
+   * (committed): a claim returns at most one message of a key, and none while an earlier message of the key is
+   * claimed and unsettled, waiting for its retry, or — unless the transport skips them — in the failure
+   * transport. Without it, sending a message with a key fails with `OutboxConfigError`.
+   */
+  readonly orderingKeys: boolean
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * The transport conformance suite: the contract of `Transport` and `TransportAdmin` (see
  * `services/Transport.ts`), as `@effect/vitest` tests any backend can run against itself. Cases a backend's
- * capabilities rule out (leases, browsing, stable ids, counted deliveries) or that need its clock moved
+ * capabilities rule out (leases, browsing, stable ids, counted deliveries, ordering keys) or that need its clock moved
  * (`advance`) are skipped, as River's `riverdrivertest` skips what a driver lacks.
  *
  * @since 0.1.0
@@ -14,6 +14,7 @@ import type * as Scope from "effect/Scope"
 import type { TransportBackend } from "../services/TransportAdmin.js"
 import * as Admin from "./transport/admin.js"
 import * as Claims from "./transport/claims.js"
+import * as Ordering from "./transport/ordering.js"
 import * as Settling from "./transport/settling.js"
 import * as Shared from "./transport/shared.js"
 import type { When } from "./transport/shared.js"
@@ -70,4 +71,5 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
     Claims.register(when)
     Settling.register(when)
     Admin.register(when)
+    Ordering.register(when)
   })

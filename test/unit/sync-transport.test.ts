@@ -374,7 +374,8 @@ describe("sync transport: nothing to consume or browse", () => {
         browsing: false,
         countsDeliveries: false,
         stableIds: false,
-        ackWithClaim: false
+        ackWithClaim: false,
+        orderingKeys: false
       })
       expect(sync.capabilities("outbox")).toEqual(Option.none())
       expect(sync.lease("sync")).toEqual(Option.none())
