@@ -31,5 +31,7 @@ exerciseTransport({
       const shift = sql.literal(`interval '${ms} milliseconds'`)
       yield* sql`UPDATE ${sql(tableOf.get(transport)!)} SET created_at = created_at - ${shift},
         available_at = available_at - ${shift}, delivered_at = delivered_at - ${shift}`
+      // The ordering keys' due times move with their messages.
+      yield* sql`UPDATE ${sql(`${tableOf.get(transport)!}_keys`)} SET due_at = due_at - ${shift}`
     })
 })

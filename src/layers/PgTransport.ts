@@ -21,7 +21,7 @@ import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { mapConfigError } from "../internal/configError.js"
 import { failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
-import { Transport, type TransportShape } from "../services/Transport.js"
+import { type Capabilities, Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { runMigrations } from "./internal/migrate.js"
 import { isStorageUnusable, storageNotReady, transportError } from "./pg/errors.js"
@@ -47,6 +47,12 @@ export interface TransportOptions {
   readonly redeliverTimeout?: Duration.DurationInput
   /** The transport its failed messages move to (default `failed`); it must live in the same table. */
   readonly failureTransport?: string
+  /**
+   * What an ordering key does once one of its messages went to the failure transport: `block` (the default)
+   * holds the key's later messages until that message is retried or removed (`failed:retry`, `failed:remove`);
+   * `skip` goes on with them.
+   */
+  readonly keyAfterFailure?: "block" | "skip"
 }
 
 /**
@@ -98,6 +104,7 @@ interface ResolvedTransport {
   readonly queueName: string
   readonly redeliverTimeoutMs: number
   readonly failureTransport: string
+  readonly blocksKeys: boolean
 }
 
 const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessage => ({
@@ -109,8 +116,12 @@ const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessa
   createdAt: Statements.dateOf(row.created_ms),
   availableAt: Statements.dateOf(row.available_ms),
   deliveredAt: row.delivered_ms === null ? null : Statements.dateOf(row.delivered_ms),
-  deliveries: row.delivery_count
+  deliveries: row.delivery_count,
+  ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key })
 })
+
+/** A row store's capabilities, ordering keys included (migration 6). */
+const capabilities: Capabilities = { ...rowCapabilities, orderingKeys: true }
 
 /** Transport ids are positive bigints: anything else (a longer number too) names no row. */
 const isRowId = (id: string): boolean => /^\d{1,19}$/.test(id) && (id.length < 19 || id <= "9223372036854775807")
@@ -175,7 +186,9 @@ export const make = (
     const send: TransportShape["send"] = (name, messages) =>
       Effect.flatMap(lookup(name), (transport) => {
         if (messages.length === 0) return Effect.void
-        const statement = messages.length === 1
+        const statement = messages.some((m) => m.orderingKey !== undefined)
+          ? statements.insertKeyed(transport.queueName, messages)
+          : messages.length === 1
           ? statements.insertOne(transport.queueName, messages[0]!)
           : statements.insertMany(transport.queueName, messages)
         return exec(statement).pipe(Effect.mapError((error) => toError(name, "send", error)), Effect.asVoid)
@@ -211,7 +224,7 @@ export const make = (
 
     const transport: TransportShape = {
       names: Array.from(transports.keys()),
-      capabilities: (name) => (transports.has(name) ? Option.some(rowCapabilities) : Option.none()),
+      capabilities: (name) => (transports.has(name) ? Option.some(capabilities) : Option.none()),
       lease: (name) =>
         Option.map(Option.fromNullable(transports.get(name)), (t) => Duration.millis(t.redeliverTimeoutMs)),
       failureTransport: (name) => Option.map(Option.fromNullable(transports.get(name)), (t) => t.failureTransport),
@@ -233,10 +246,14 @@ export const make = (
             transport.queueName,
             message.id,
             transports.get(transport.failureTransport)!.queueName,
-            Headers.encode(headers)
+            Headers.encode(headers),
+            transport.blocksKeys
           ).pipe(wrap(message.transport, "fail"), Effect.asVoid)),
       keepalive: (name, ids) => withIds(name, "keepalive", ids, statements.keepalive),
-      release: (name, ids) => withIds(name, "release", ids, statements.release)
+      release: (name, ids) =>
+        withIds(name, "release", ids, (queue, values) =>
+          // Released first: a claim between the two then finds the key due and its head free.
+          Effect.zipRight(statements.release(queue, values), statements.releaseKeys(queue, values)))
     }
 
     const list: TransportAdminShape["list"] = (name, { max, type }) =>
@@ -286,6 +303,11 @@ export const make = (
           const rows = yield* statements.move(source.queueName, id, target.queueName, Headers.encode(headers)).pipe(
             wrap(from, "move")
           )
+          if (rows.length === 1) {
+            yield* Effect.zipRight(statements.unblock(id), statements.dueWhereMoved(id, target.queueName)).pipe(
+              wrap(from, "move")
+            )
+          }
           return rows.length === 1
         }),
       stats: (name) =>
@@ -425,7 +447,13 @@ const resolveTransports = (
         `Transport ${name}: redeliverTimeout`,
         o?.redeliverTimeout ?? defaultRedeliverTimeout
       )
-      resolved.set(name, { name, queueName, redeliverTimeoutMs: Duration.toMillis(lease), failureTransport })
+      resolved.set(name, {
+        name,
+        queueName,
+        redeliverTimeoutMs: Duration.toMillis(lease),
+        failureTransport,
+        blocksKeys: o?.keyAfterFailure !== "skip"
+      })
     }
     const queues = new Map<string, string>()
     for (const t of resolved.values()) {

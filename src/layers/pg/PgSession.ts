@@ -103,7 +103,8 @@ const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
   // Epoch milliseconds from SQL: a float is parsed much faster than a timestamp text.
   createdAt: dateOf(row.created_ms),
   availableAt: dateOf(row.available_ms!),
-  deliveries: row.delivery_count
+  deliveries: row.delivery_count,
+  ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key })
 })
 
 const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {

@@ -19,13 +19,17 @@ const orderingWithTime = { capabilities: ["orderingKeys"], time: true } as const
 /** @internal */
 export const register = <R>(when: When<R>): void => {
   describe("ordering keys", () => {
-    when("a claim takes one message per key, the earliest sent, beside unkeyed ones", ordering, (t) =>
-      Effect.gen(function*() {
-        yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a"), keyed(3, "b"), outgoing(4), keyed(5, "b")])
-        const claimed = yield* claimMessages(t, "outbox", 10)
-        expect(numbers(claimed)).toEqual([1, 3, 4])
-        expect(claimed.map((m) => m.orderingKey)).toEqual(["a", "b", undefined])
-      }))
+    when(
+      "a claim takes one message per key, the earliest sent, beside unkeyed ones",
+      ordering,
+      (t) =>
+        Effect.gen(function*() {
+          yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a"), keyed(3, "b"), outgoing(4), keyed(5, "b")])
+          const claimed = yield* claimMessages(t, "outbox", 10)
+          expect(numbers(claimed)).toEqual([1, 3, 4])
+          expect(claimed.map((m) => m.orderingKey)).toEqual(["a", "b", undefined])
+        })
+    )
 
     when("the next message of a key waits until the one claimed is acked", ordering, (t) =>
       Effect.gen(function*() {
@@ -74,38 +78,50 @@ export const register = <R>(when: When<R>): void => {
         expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([1])
       }))
 
-    when("keys are per transport: the same key on another transport is another sequence", ordering, (t) =>
-      Effect.gen(function*() {
-        yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a")])
-        yield* t.send("other", [keyed(3, "a")])
-        expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([1])
-        expect(numbers(yield* claimMessages(t, "other", 10))).toEqual([3])
-      }))
+    when(
+      "keys are per transport: the same key on another transport is another sequence",
+      ordering,
+      (t) =>
+        Effect.gen(function*() {
+          yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a")])
+          yield* t.send("other", [keyed(3, "a")])
+          expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([1])
+          expect(numbers(yield* claimMessages(t, "other", 10))).toEqual([3])
+        })
+    )
 
-    when("a message in the failure transport blocks its key until it is moved back, then leads again", ordering, (t) =>
-      Effect.gen(function*() {
-        yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a"), keyed(3, "b")])
-        const claimed = yield* claimMessages(t, "outbox", 10)
-        yield* t.fail(claimed[0]!, new Headers.Headers({ type: "Test" }))
-        yield* t.ack("outbox", [claimed[1]!.id])
-        expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
-        const [failed] = yield* t.list("failed", { max: 10 })
-        expect(failed!.orderingKey).toBe("a")
-        expect(yield* t.move("failed", failed!.id, { to: "outbox", headers: new Headers.Headers({ type: "Test" }) }))
-          .toBe(true)
-        const again = yield* claimMessages(t, "outbox", 10)
-        expect(numbers(again)).toEqual([1])
-        expect(numbers(yield* claimMessages(t, "outbox", 10, [again[0]!.id]))).toEqual([2])
-      }))
+    when(
+      "a message in the failure transport blocks its key until it is moved back, then leads again",
+      ordering,
+      (t) =>
+        Effect.gen(function*() {
+          yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a"), keyed(3, "b")])
+          const claimed = yield* claimMessages(t, "outbox", 10)
+          yield* t.fail(claimed[0]!, new Headers.Headers({ type: "Test" }))
+          yield* t.ack("outbox", [claimed[1]!.id])
+          expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
+          const [failed] = yield* t.list("failed", { max: 10 })
+          expect(failed!.orderingKey).toBe("a")
+          expect(yield* t.move("failed", failed!.id, { to: "outbox", headers: new Headers.Headers({ type: "Test" }) }))
+            .toBe(true)
+          const again = yield* claimMessages(t, "outbox", 10)
+          expect(numbers(again)).toEqual([1])
+          expect(numbers(yield* claimMessages(t, "outbox", 10, [again[0]!.id]))).toEqual([2])
+        })
+    )
 
-    when("removing the blocking message from the failure transport frees its key", ordering, (t) =>
-      Effect.gen(function*() {
-        yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a")])
-        const [first] = yield* claimMessages(t, "outbox", 10)
-        yield* t.fail(first!, new Headers.Headers({ type: "Test" }))
-        expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
-        expect(yield* t.remove("failed", [first!.id])).toBe(1)
-        expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([2])
-      }))
+    when(
+      "removing the blocking message from the failure transport frees its key",
+      ordering,
+      (t) =>
+        Effect.gen(function*() {
+          yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a")])
+          const [first] = yield* claimMessages(t, "outbox", 10)
+          yield* t.fail(first!, new Headers.Headers({ type: "Test" }))
+          expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
+          expect(yield* t.remove("failed", [first!.id])).toBe(1)
+          expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([2])
+        })
+    )
   })
 }

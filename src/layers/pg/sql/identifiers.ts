@@ -11,3 +11,9 @@ export const quote = (name: string): string =>
 
 /** The name of a table's claim function: `<table>_claim`, in the table's schema. @internal */
 export const claimFunction = (table: string): string => `${table}_claim`
+
+/** The producers' table of a transport table: each ordering key's next sequence number. @internal */
+export const keySequences = (table: string): string => `${table}_key_seq`
+
+/** The workers' table of a transport table: each ordering key with messages, when it is next due, what blocks it. @internal */
+export const keyStates = (table: string): string => `${table}_keys`

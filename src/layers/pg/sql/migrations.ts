@@ -9,7 +9,7 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
-import { claimFunction, quote } from "./identifiers.js"
+import { claimFunction, keySequences, keyStates, quote } from "./identifiers.js"
 
 /** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
 const indexName = (table: string, suffix: string): string =>
@@ -151,6 +151,152 @@ BEGIN
 END
 $claim$`
 
+/**
+ * Migration 6: ordering keys. A keyed row carries its key and its place in the key (`ordering_seq`), taken from the
+ * producers' table `<table>_key_seq` under its row lock — held to the producer's commit, so places follow commit
+ * order. The workers' table `<table>_keys` has a row for each key with messages: when it is next due (its head's
+ * availability, its lease's end, or "look again") and the failed message that blocks it. Producers never lock a
+ * row of it (they insert missing ones, `ON CONFLICT DO NOTHING`), so a producer's open transaction never holds up a
+ * claim. The claim leases the heads of due keys through `<table>_keys` — as many round trips as before, a cost in
+ * the keys claimed, not in the rows queued — and unkeyed rows through a partial index that leaves keyed rows out.
+ */
+const orderingKeysV6 = (t: string, seq: string, keys: string, unkeyedIndex: string, keyIndex: string, dueIndex: string) => [
+  `ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS ordering_key text NULL`,
+  `ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS ordering_seq bigint NULL`,
+  `CREATE UNIQUE INDEX IF NOT EXISTS ${keyIndex} ON ${t} (queue_name, ordering_key, ordering_seq)
+     WHERE ordering_key IS NOT NULL`,
+  `CREATE INDEX IF NOT EXISTS ${unkeyedIndex} ON ${t} (queue_name, available_at, id) WHERE ordering_key IS NULL`,
+  `CREATE TABLE IF NOT EXISTS ${seq} (
+     queue_name varchar(190) NOT NULL,
+     ordering_key text NOT NULL,
+     next_seq bigint NOT NULL,
+     PRIMARY KEY (queue_name, ordering_key)
+   )`,
+  `CREATE TABLE IF NOT EXISTS ${keys} (
+     queue_name varchar(190) NOT NULL,
+     ordering_key text NOT NULL,
+     due_at timestamptz NOT NULL,
+     blocked_by bigint NULL,
+     PRIMARY KEY (queue_name, ordering_key)
+   )`,
+  `CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${keys} (queue_name, due_at) WHERE blocked_by IS NULL`
+]
+
+/**
+ * Migration 6's claim: acked keyed rows make their keys due at once; the heads of due, unblocked keys (at most
+ * `batch_size`, keys locked `SKIP LOCKED`) are leased and their keys due at the lease's end; a key whose head is
+ * leased or delayed is due again then; a key with no row left is deleted once no producer holds its sequence (a
+ * second statement, with a fresh snapshot, looks again first) — otherwise it is due again in 100 ms. Then unkeyed
+ * rows fill the batch, as migration 5's claim takes them.
+ */
+const claimFunctionV6 = (t: string, fn: string, seq: string, keys: string) =>
+  `CREATE OR REPLACE FUNCTION ${fn}(
+  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
+) RETURNS TABLE (
+  id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int,
+  ordering_key text
+) LANGUAGE plpgsql AS $claim$
+#variable_conflict use_column
+DECLARE
+  lease interval := lease_ms * interval '1 millisecond';
+  keyed int := 0;
+  unkeyed int := 0;
+  due_keys text[];
+  heads bigint[];
+  empty text[];
+BEGIN
+  IF relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  IF cardinality(acked) > 0 THEN
+    WITH done AS (DELETE FROM ${t} AS d WHERE d.id = ANY(acked) RETURNING d.queue_name, d.ordering_key)
+    UPDATE ${keys} AS k SET due_at = now()
+    FROM (SELECT DISTINCT done.queue_name, done.ordering_key FROM done WHERE done.ordering_key IS NOT NULL) AS a
+    WHERE k.queue_name = a.queue_name AND k.ordering_key = a.ordering_key;
+  END IF;
+
+  -- The due keys (locked for this claim) and their heads (NULL: no row left).
+  SELECT array_agg(due.ordering_key), array_agg(h.id) INTO due_keys, heads
+  FROM (
+    SELECT k.ordering_key FROM ${keys} AS k
+    WHERE k.queue_name = queue AND k.blocked_by IS NULL AND k.due_at <= now()
+    ORDER BY k.due_at
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED
+  ) AS due
+  LEFT JOIN LATERAL (
+    SELECT m.id FROM ${t} AS m
+    WHERE m.queue_name = queue AND m.ordering_key = due.ordering_key
+    ORDER BY m.ordering_seq
+    LIMIT 1
+  ) AS h ON true;
+
+  IF cardinality(due_keys) > 0 THEN
+    -- Keys with no row left: deleted once no producer holds their sequence, after a fresh look (this statement's).
+    SELECT array_agg(s.ordering_key) INTO empty FROM (
+      SELECT s.ordering_key FROM ${seq} AS s
+      WHERE s.queue_name = queue AND s.ordering_key IN (
+        SELECT c.k FROM unnest(due_keys, heads) AS c(k, h) WHERE c.h IS NULL)
+      FOR UPDATE SKIP LOCKED
+    ) AS s;
+    DELETE FROM ${keys} AS k WHERE k.queue_name = queue AND k.ordering_key = ANY(coalesce(empty, '{}'))
+      AND NOT EXISTS (SELECT 1 FROM ${t} AS m WHERE m.queue_name = queue AND m.ordering_key = k.ordering_key);
+
+    -- Every other due key is due again: at its head's lease end once leased (below, or by another claimer), at its
+    -- head's availability when delayed, in 100 ms when it had no row (a producer may be committing one).
+    UPDATE ${keys} AS k SET due_at = CASE
+        WHEN m.id IS NULL THEN now() + interval '100 milliseconds'
+        WHEN m.available_at > now() THEN m.available_at
+        WHEN m.delivered_at IS NOT NULL AND m.delivered_at >= now() - lease AND m.delivered_at <> 'infinity'
+          THEN m.delivered_at + lease
+        ELSE now() + lease END
+    FROM unnest(due_keys, heads) AS c(k, h)
+    LEFT JOIN ${t} AS m ON m.id = c.h
+    WHERE k.queue_name = queue AND k.ordering_key = c.k;
+
+    RETURN QUERY
+    UPDATE ${t} AS m SET delivered_at = now(),
+      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+    WHERE m.id = ANY(heads) AND m.available_at <= now()
+      AND (m.delivered_at IS NULL OR m.delivered_at < now() - lease OR m.delivered_at = 'infinity')
+    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+      m.delivery_count, m.ordering_key;
+    GET DIAGNOSTICS keyed = ROW_COUNT;
+  END IF;
+
+  IF keyed < batch_size THEN
+    RETURN QUERY
+    WITH next AS MATERIALIZED (
+      SELECT ready.id FROM ${t} AS ready
+      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
+        AND ready.available_at <= now()
+        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
+      ORDER BY ready.available_at, ready.id
+      LIMIT batch_size - keyed
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE ${t} AS m SET delivered_at = now(),
+      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+    WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
+    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+      m.delivery_count, NULL::text;
+    GET DIAGNOSTICS unkeyed = ROW_COUNT;
+  END IF;
+
+  IF keyed + unkeyed = 0 THEN
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
+      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
+        ORDER BY available_at LIMIT 1),
+      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at <= now()
+        AND delivered_at IS NOT NULL) + lease,
+      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
+    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
+  END IF;
+END
+$claim$`
+
 /** The migrations of a table, in order, for `Migrator.make`. @internal */
 export const loader = (table: string) => {
   const t = quote(table)
@@ -207,6 +353,24 @@ export const loader = (table: string) => {
     "5_claim_extreme_values": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       yield* sql.unsafe(claimFunctionV5(t, fn))
+    }),
+    "6_ordering_keys": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const seq = quote(keySequences(table))
+      const keys = quote(keyStates(table))
+      for (
+        const statement of orderingKeysV6(
+          t,
+          seq,
+          keys,
+          quote(indexName(table, "_unkeyed_idx")),
+          quote(indexName(table, "_ordering_idx")),
+          quote(indexName(keyStates(table), "_due_idx"))
+        )
+      ) yield* sql.unsafe(statement)
+      // The claim's result has a new column: the function is replaced, not redefined.
+      yield* sql.unsafe(`DROP FUNCTION IF EXISTS ${fn}(text, float8, int, bigint[], boolean)`)
+      yield* sql.unsafe(claimFunctionV6(t, fn, seq, keys))
     })
   })
 }

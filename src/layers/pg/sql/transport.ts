@@ -6,7 +6,7 @@
  */
 import type * as SqlClient from "@effect/sql/SqlClient"
 import type * as Statement from "@effect/sql/Statement"
-import { claimFunction, quote } from "./identifiers.js"
+import { claimFunction, keySequences, keyStates, quote } from "./identifiers.js"
 
 /** A row as the operator statements read it; times in epoch milliseconds (see `dateOf`). @internal */
 export interface StoredRow {
@@ -18,6 +18,7 @@ export interface StoredRow {
   readonly available_ms: number
   readonly delivered_ms: number | null
   readonly delivery_count: number
+  readonly ordering_key: string | null
 }
 
 /** The largest time a `Date` holds. */
@@ -40,6 +41,7 @@ export interface ClaimedRow {
   readonly created_ms: number
   readonly available_ms: number | null
   readonly delivery_count: number
+  readonly ordering_key: string | null
 }
 
 /** One message to insert. @internal */
@@ -48,6 +50,7 @@ export interface Insert {
   readonly body: string
   readonly headers: string
   readonly delayMs: number
+  readonly orderingKey?: string
 }
 
 /** The counts of `stats`. @internal */
@@ -72,13 +75,20 @@ export const claimCall = (table: string): string =>
 /** The statements of one table. @internal */
 export const make = (sql: SqlClient.SqlClient, table: string, options: { readonly channel: string | undefined }) => {
   const t = sql(table)
+  const seq = sql(keySequences(table))
+  const keys = sql(keyStates(table))
   const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
   const columns = sql.literal(
     "id::text AS id, message_id::text AS message_id, body, headers, " +
       "(extract(epoch FROM created_at) * 1000)::float8 AS created_ms, " +
       "(extract(epoch FROM available_at) * 1000)::float8 AS available_ms, " +
-      "(extract(epoch FROM delivered_at) * 1000)::float8 AS delivered_ms, delivery_count"
+      "(extract(epoch FROM delivered_at) * 1000)::float8 AS delivered_ms, delivery_count, ordering_key"
   )
+  /** Makes the keys of the rows a statement returned (`ordering_key`) due now: their next message may go. */
+  const keysDue = (queue: string, statement: Statement.Fragment) =>
+    sql`WITH changed AS (${statement} RETURNING ordering_key)
+      UPDATE ${keys} SET due_at = now()
+      WHERE queue_name = ${queue} AND ordering_key IN (SELECT ordering_key FROM changed WHERE ordering_key IS NOT NULL)`
   /** `pg_notify` once per statement, piggy-backed on it (no extra round trip); delivered at commit. */
   const notifying = (queue: string, statement: Statement.Fragment) =>
     options.channel !== undefined
@@ -105,19 +115,66 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
                WITH ORDINALITY AS x(m, b, h, d, n)
           ORDER BY n`
       ),
+    /**
+     * Messages with ordering keys (and any without, in the same statement): each key's places taken from the
+     * producers' table under its row lock (keys in order, so two producers never wait on each other in a cycle),
+     * a workers' row added for a key that has none — never locked when it exists — then the rows.
+     */
+    insertKeyed: (queue: string, messages: ReadonlyArray<Insert>) => {
+      const inserted = sql`
+        WITH input AS (
+          SELECT m, b, h, d, k, n FROM unnest(${messages.map((m) => m.messageId)}::uuid[],
+            ${messages.map((m) => m.body)}::text[], ${messages.map((m) => m.headers)}::text[],
+            ${messages.map((m) => m.delayMs)}::float8[], ${messages.map((m) => m.orderingKey ?? null)}::text[])
+            WITH ORDINALITY AS x(m, b, h, d, k, n)
+        ), counts AS (
+          SELECT k, count(*)::bigint AS c, min(now() + d * interval '1 millisecond') AS first_at
+          FROM input WHERE k IS NOT NULL GROUP BY k
+        ), places AS (
+          INSERT INTO ${seq} AS s (queue_name, ordering_key, next_seq)
+          SELECT ${queue}, counts.k, counts.c + 1 FROM counts ORDER BY counts.k
+          ON CONFLICT (queue_name, ordering_key) DO UPDATE SET next_seq = s.next_seq + EXCLUDED.next_seq - 1
+          RETURNING s.ordering_key, s.next_seq
+        ), states AS (
+          INSERT INTO ${keys} (queue_name, ordering_key, due_at)
+          SELECT ${queue}, places.ordering_key, counts.first_at FROM places JOIN counts ON counts.k = places.ordering_key
+          ON CONFLICT (queue_name, ordering_key) DO NOTHING
+        ), rows AS (
+          INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at, ordering_key, ordering_seq)
+          SELECT input.m, input.b, input.h, ${queue}, now(), now() + input.d * interval '1 millisecond', input.k,
+            CASE WHEN input.k IS NULL THEN NULL
+              ELSE places.next_seq - counts.c - 1 + row_number() OVER (PARTITION BY input.k ORDER BY input.n) END
+          FROM input LEFT JOIN places ON places.ordering_key = input.k LEFT JOIN counts ON counts.k = input.k
+          ORDER BY input.n
+          RETURNING 1
+        )`
+      return options.channel !== undefined
+        ? sql`${inserted} SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM rows HAVING count(*) > 0`
+        : sql`${inserted} SELECT count(*)::int AS n FROM rows`
+    },
     claim: (queue: string, leaseMs: number, batchSize: number, acked: ReadonlyArray<string>, relaxed: boolean) =>
       sql<ClaimedRow>`SELECT * FROM ${sql(claimFunction(table))}(${queue}, ${leaseMs}, ${batchSize}, ${
         ids(acked)
       }, ${relaxed})`,
     ack: (queue: string, values: ReadonlyArray<string>) =>
-      sql`DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue}`,
+      keysDue(queue, sql`DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue}`),
     retry: (queue: string, id: string, delayMs: number, headers: string) =>
-      sql`UPDATE ${t} SET available_at = now() + ${delayMs}::float8 * interval '1 millisecond',
-            delivered_at = NULL, headers = ${headers}
-          WHERE id = ${id}::bigint AND queue_name = ${queue}`,
-    fail: (queue: string, id: string, failureQueue: string, headers: string) =>
-      sql`UPDATE ${t} SET queue_name = ${failureQueue}, available_at = now(), delivered_at = NULL, headers = ${headers}
-          WHERE id = ${id}::bigint AND queue_name = ${queue}`,
+      sql`WITH changed AS (
+            UPDATE ${t} SET available_at = now() + ${delayMs}::float8 * interval '1 millisecond',
+              delivered_at = NULL, headers = ${headers}
+            WHERE id = ${id}::bigint AND queue_name = ${queue}
+            RETURNING ordering_key, available_at)
+          UPDATE ${keys} AS k SET due_at = changed.available_at FROM changed
+          WHERE k.queue_name = ${queue} AND k.ordering_key = changed.ordering_key`,
+    /** With `blocksKey`, a keyed message's key stays blocked while it is in the failure queue. */
+    fail: (queue: string, id: string, failureQueue: string, headers: string, blocksKey: boolean) =>
+      sql`WITH changed AS (
+            UPDATE ${t} SET queue_name = ${failureQueue}, available_at = now(), delivered_at = NULL, headers = ${headers}
+            WHERE id = ${id}::bigint AND queue_name = ${queue}
+            RETURNING id, ordering_key)
+          UPDATE ${keys} AS k SET
+            blocked_by = CASE WHEN ${blocksKey} THEN changed.id ELSE k.blocked_by END, due_at = now()
+          FROM changed WHERE k.queue_name = ${queue} AND k.ordering_key = changed.ordering_key`,
     keepalive: (queue: string, values: ReadonlyArray<string>) =>
       sql`UPDATE ${t} SET delivered_at = now()
           WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} AND delivered_at IS NOT NULL`,
@@ -127,6 +184,10 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
         sql`UPDATE ${t} SET delivered_at = NULL, delivery_count = greatest(delivery_count - 1, 0)
           WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} AND delivered_at IS NOT NULL`
       ),
+    /** The keys of released rows are due at once (their heads are back). */
+    releaseKeys: (queue: string, values: ReadonlyArray<string>) =>
+      sql`UPDATE ${keys} SET due_at = now() WHERE queue_name = ${queue} AND ordering_key IN (
+        SELECT ordering_key FROM ${t} WHERE id = ANY(${ids(values)}) AND ordering_key IS NOT NULL)`,
     list: (queue: string, limit: number) =>
       sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE queue_name = ${queue} ORDER BY id LIMIT ${limit}`,
     listPage: (queue: string, after: string, size: number) =>
@@ -135,7 +196,10 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     find: (queue: string, id: string) =>
       sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE id = ${id}::bigint AND queue_name = ${queue}`,
     remove: (queue: string, values: ReadonlyArray<string>) =>
-      sql`DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} RETURNING id`,
+      sql`WITH removed AS (DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} RETURNING id),
+          unblocked AS (UPDATE ${keys} SET blocked_by = NULL, due_at = now()
+            WHERE blocked_by IN (SELECT id FROM removed))
+        SELECT id FROM removed`,
     move: (fromQueue: string, id: string, toQueue: string, headers: string) =>
       notifying(
         toQueue,
@@ -143,6 +207,13 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
           delivered_at = NULL, delivery_count = 0, headers = ${headers}
         WHERE id = ${id}::bigint AND queue_name = ${fromQueue}`
       ),
+    /** A moved message no longer blocks its key (run before `dueWhereMoved`). */
+    unblock: (id: string) => sql`UPDATE ${keys} SET blocked_by = NULL, due_at = now() WHERE blocked_by = ${id}::bigint`,
+    /** A moved keyed message's key is due where it went (its row added if missing). */
+    dueWhereMoved: (id: string, toQueue: string) =>
+      sql`INSERT INTO ${keys} (queue_name, ordering_key, due_at)
+        SELECT ${toQueue}, ordering_key, now() FROM ${t} WHERE id = ${id}::bigint AND ordering_key IS NOT NULL
+        ON CONFLICT (queue_name, ordering_key) DO UPDATE SET due_at = now()`,
     stats: (queue: string, failureQueue: string, leaseMs: number) =>
       // As the claim counts them (migration 5): a lease until 'infinity' is over; epochs are subtracted, not
       // timestamps, so an infinite `available_at` gives an infinite age instead of an error.
