@@ -22,6 +22,7 @@ import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import { RecoverableMessageHandlingError, UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
+import { Headers } from "../src/domain/Headers.js"
 import * as MessageId from "../src/domain/MessageId.js"
 import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
@@ -52,6 +53,8 @@ const schema = "outbox"
 const table = `${schema}.messages`
 const idempotencyTable = `${schema}.outbox_idempotency`
 const claimSignature = `${table}_claim(text, float8, int, bigint[], boolean)`
+const keySequences = `${table}_key_seq`
+const keyStates = `${table}_keys`
 
 /** One privilege on one object (`ON <on>`), as the README's "Least privilege" grants them. */
 interface Grant {
@@ -66,13 +69,26 @@ const documented = (database: string) => {
     { privilege: "USAGE", on: `SCHEMA ${schema}` }
   ]
   return {
-    producer: [...access, { privilege: "INSERT", on: `TABLE ${table}` }] as ReadonlyArray<Grant>,
+    producer: [
+      ...access,
+      { privilege: "INSERT", on: `TABLE ${table}` },
+      { privilege: "SELECT", on: `TABLE ${keySequences}` },
+      { privilege: "INSERT", on: `TABLE ${keySequences}` },
+      { privilege: "UPDATE", on: `TABLE ${keySequences}` },
+      { privilege: "INSERT", on: `TABLE ${keyStates}` }
+    ] as ReadonlyArray<Grant>,
     worker: [
       ...access,
       { privilege: "SELECT", on: `TABLE ${table}` },
       { privilege: "UPDATE", on: `TABLE ${table}` },
       { privilege: "DELETE", on: `TABLE ${table}` },
       { privilege: "EXECUTE", on: `FUNCTION ${claimSignature}` },
+      { privilege: "SELECT", on: `TABLE ${keySequences}` },
+      { privilege: "UPDATE", on: `TABLE ${keySequences}` },
+      { privilege: "SELECT", on: `TABLE ${keyStates}` },
+      { privilege: "INSERT", on: `TABLE ${keyStates}` },
+      { privilege: "UPDATE", on: `TABLE ${keyStates}` },
+      { privilege: "DELETE", on: `TABLE ${keyStates}` },
       { privilege: "SELECT", on: `TABLE ${idempotencyTable}` },
       { privilege: "INSERT", on: `TABLE ${idempotencyTable}` },
       { privilege: "UPDATE", on: `TABLE ${idempotencyTable}` },
@@ -552,9 +568,32 @@ describe("least privilege", () => {
         const purge = Effect.flatMap(IdempotencyStore, (s) => s.purgeExclusive({ olderThan: 0 })).pipe(
           Effect.provide(store)
         )
+        const keyed = Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 }), { orderingKey: "probe" }).pipe(
+          Effect.provide(producerStack)
+        )
+        // A due key with no message left: the claim looks at its sequence and deletes it.
+        const emptyKey = [
+          `INSERT INTO ${keySequences} VALUES ('outbox', 'probe-empty', 1) ON CONFLICT DO NOTHING`,
+          `INSERT INTO ${keyStates} VALUES ('outbox', 'probe-empty', now() - interval '1 hour', NULL)
+             ON CONFLICT (queue_name, ordering_key) DO UPDATE SET due_at = now() - interval '1 hour', blocked_by = NULL`
+        ]
+        // A keyed message in the failure queue, moved back by the operator (its key gets a row where it goes).
+        const failedKeyed = [
+          `DELETE FROM ${table} WHERE id = 9000000000001`,
+          `DELETE FROM ${keyStates} WHERE ordering_key = 'probe-move'`,
+          `INSERT INTO ${table} (id, message_id, body, headers, queue_name, available_at, ordering_key, ordering_seq)
+             VALUES (9000000000001, gen_random_uuid(), '{"_tag":"OrderPaid","orderId":1,"amount":1}',
+               '{"type":"OrderPaid"}', 'failed', now(), 'probe-move', 1)`
+        ]
+        const moveBack = Effect.flatMap(
+          TransportAdmin,
+          (admin) =>
+            admin.move("failed", "9000000000001", { to: "outbox", headers: new Headers({ type: "OrderPaid" }) })
+        ).pipe(Effect.provide(transport))
         const cases: ReadonlyArray<{
           readonly role: "producer" | "worker"
           readonly missing: Grant
+          readonly setup?: ReadonlyArray<string>
           readonly run: Effect.Effect<unknown, unknown, SqlClient.SqlClient>
           readonly error: string
         }> = [
@@ -563,6 +602,18 @@ describe("least privilege", () => {
             missing: grants.producer[2]!,
             run: Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })).pipe(Effect.provide(producerStack)),
             error: "permission denied for table messages"
+          },
+          ...[3, 4, 5].map((i) => ({
+            role: "producer" as const,
+            missing: grants.producer[i]!,
+            run: keyed,
+            error: "permission denied for table messages_key_seq"
+          })),
+          {
+            role: "producer",
+            missing: grants.producer[6]!,
+            run: keyed,
+            error: "permission denied for table messages_keys"
           },
           { role: "worker", missing: grants.worker[0]!, run: claim(), error: "permission denied for database" },
           { role: "worker", missing: grants.worker[1]!, run: claim(), error: "permission denied for schema outbox" },
@@ -580,37 +631,62 @@ describe("least privilege", () => {
             run: claim(),
             error: "permission denied for function messages_claim"
           },
-          {
-            role: "worker",
-            missing: grants.worker[6]!,
-            run: runOnce,
-            error: "permission denied for table outbox_idempotency"
-          },
-          {
-            role: "worker",
-            missing: grants.worker[7]!,
-            run: runOnce,
-            error: "permission denied for table outbox_idempotency"
-          },
+          ...[6, 7].map((i) => ({
+            role: "worker" as const,
+            missing: grants.worker[i]!,
+            setup: emptyKey,
+            run: claim(),
+            error: "permission denied for table messages_key_seq"
+          })),
           {
             role: "worker",
             missing: grants.worker[8]!,
-            run: purge,
-            error: "permission denied for table outbox_idempotency"
+            run: claim(),
+            error: "permission denied for table messages_keys"
           },
           {
             role: "worker",
             missing: grants.worker[9]!,
+            setup: failedKeyed,
+            run: moveBack,
+            error: "permission denied for table messages_keys"
+          },
+          {
+            role: "worker",
+            missing: grants.worker[10]!,
+            run: claim(),
+            error: "permission denied for table messages_keys"
+          },
+          {
+            role: "worker",
+            missing: grants.worker[11]!,
+            setup: emptyKey,
+            run: claim(),
+            error: "permission denied for table messages_keys"
+          },
+          ...[12, 13].map((i) => ({
+            role: "worker" as const,
+            missing: grants.worker[i]!,
+            run: runOnce,
+            error: "permission denied for table outbox_idempotency"
+          })),
+          ...[14, 15].map((i) => ({
+            role: "worker" as const,
+            missing: grants.worker[i]!,
             run: purge,
             error: "permission denied for table outbox_idempotency"
-          }
+          }))
         ]
         // Every entry of the documented lists has its case.
-        expect(cases.map((c) => c.missing)).toEqual([grants.producer[2], ...grants.worker])
+        expect(cases.map((c) => c.missing)).toEqual([...grants.producer.slice(2), ...grants.worker])
         for (const c of cases) {
           const label = `${c.role} without ${c.missing.privilege} ON ${c.missing.on}`
           yield* Effect.promise(() =>
-            asOwner([...revokeAll(roles.probe), ...grant(grants[c.role].filter((g) => g !== c.missing), roles.probe)])
+            asOwner([
+              ...revokeAll(roles.probe),
+              ...grant(grants[c.role].filter((g) => g !== c.missing), roles.probe),
+              ...(c.setup ?? [])
+            ])
           )
           const exit = yield* as(roles.probe, c.run).pipe(Effect.timeout("15 seconds"), Effect.exit)
           expect(Exit.isFailure(exit), label).toBe(true)

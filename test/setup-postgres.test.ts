@@ -42,7 +42,8 @@ describe("PostgreSQL setup", () => {
         [2, "claim_fillfactor"],
         [3, "claim_function"],
         [4, "claim_next_due"],
-        [5, "claim_extreme_values"]
+        [5, "claim_extreme_values"],
+        [6, "ordering_keys"]
       ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
@@ -56,7 +57,9 @@ describe("PostgreSQL setup", () => {
         "created_at",
         "available_at",
         "delivered_at",
-        "delivery_count"
+        "delivery_count",
+        "ordering_key",
+        "ordering_seq"
       ])
       expect(columns.find((c) => c.column_name === "message_id")!.data_type).toBe("uuid")
       expect(columns.find((c) => c.column_name === "delivered_at")!.is_nullable).toBe("YES")

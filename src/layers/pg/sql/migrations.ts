@@ -160,7 +160,14 @@ $claim$`
  * claim. The claim leases the heads of due keys through `<table>_keys` — as many round trips as before, a cost in
  * the keys claimed, not in the rows queued — and unkeyed rows through a partial index that leaves keyed rows out.
  */
-const orderingKeysV6 = (t: string, seq: string, keys: string, unkeyedIndex: string, keyIndex: string, dueIndex: string) => [
+const orderingKeysV6 = (
+  t: string,
+  seq: string,
+  keys: string,
+  unkeyedIndex: string,
+  keyIndex: string,
+  dueIndex: string
+) => [
   `ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS ordering_key text NULL`,
   `ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS ordering_seq bigint NULL`,
   `CREATE UNIQUE INDEX IF NOT EXISTS ${keyIndex} ON ${t} (queue_name, ordering_key, ordering_seq)
