@@ -34,7 +34,8 @@ import { TransportAdmin, type TransportAdminShape, type TransportBackend } from 
  * or when a transport's failure transport is served by none.
  *
  * A transport's capabilities are its backend's, except that a transport whose failure transport lives on
- * another backend has no `stableIds`: its failed messages arrive there as copies with ids of their own.
+ * another backend has no `stableIds` (its failed messages arrive there as copies with ids of their own) and no
+ * `orderingKeys` (a failed message there cannot hold its key here).
  *
  * @since 0.1.0
  * @category constructors
@@ -151,7 +152,10 @@ export const make = (
         const backend = byName.get(name)
         if (backend === undefined) return Option.none()
         const crossing = byName.get(failureOf(name, backend)) !== backend
-        return Option.map(backend.capabilities(name), (c) => (crossing ? { ...c, stableIds: false } : c))
+        return Option.map(
+          backend.capabilities(name),
+          (c) => (crossing ? { ...c, stableIds: false, orderingKeys: false } : c)
+        )
       },
       lease: (name) => byName.get(name)?.lease(name) ?? Option.none(),
       failureTransport: (name) => byName.get(name)?.failureTransport(name) ?? Option.none(),

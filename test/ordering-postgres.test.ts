@@ -1,0 +1,184 @@
+/**
+ * Ordering keys on a real PostgreSQL: commit order within a key (a producer that commits later never overtakes
+ * one that committed earlier — it waits for it), several workers with concurrency 8 handling each key one message
+ * at a time in that order through retries, and a terminal failure that blocks its key until the operator acts.
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Schema from "effect/Schema"
+import { UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
+import { Headers } from "../src/domain/Headers.js"
+import * as Worker from "../src/programs/worker/Worker.js"
+import * as Handlers from "../src/services/Handlers.js"
+import * as Outbox from "../src/services/Outbox.js"
+import { TransportAdmin } from "../src/services/TransportAdmin.js"
+import { testDatabase } from "./support/database.js"
+import { awaitLockWaiter, outboxStack, uniqueTable } from "./support/harness.js"
+
+const db = testDatabase("ordering")
+
+class Step extends Schema.TaggedClass<Step>()("Step", { key: Schema.String, n: Schema.Int }) {}
+
+const quiet = Logger.withMinimumLogLevel(LogLevel.None)
+
+describe("ordering keys on PostgreSQL", () => {
+  it.live(
+    "a producer that commits later waits for the one holding the key, and its message comes after",
+    () =>
+      db.withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const order: Array<number> = []
+        const table = uniqueTable("ordered")
+        yield* Effect.gen(function*() {
+          const first = yield* Deferred.make<void>()
+          const dispatched = yield* Deferred.make<void>()
+          const holding = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+            yield* Outbox.dispatch(new Step({ key: "a", n: 1 }), { orderingKey: "a" })
+            yield* Deferred.succeed(dispatched, undefined)
+            yield* Deferred.await(first)
+          })))
+          yield* Deferred.await(dispatched)
+          // The second producer's message gets its place only once the first committed (a lower id changes nothing).
+          const waiting = yield* Effect.fork(sql.withTransaction(
+            Outbox.dispatch(new Step({ key: "a", n: 2 }), { orderingKey: "a" })
+          ))
+          yield* awaitLockWaiter
+          yield* Deferred.succeed(first, undefined)
+          yield* Fiber.join(holding)
+          yield* Fiber.join(waiting)
+          yield* Worker.run({ transports: ["outbox"], concurrency: 8, limit: 2 })
+        }).pipe(
+          Effect.provide(outboxStack({
+            table,
+            handlers: [Handlers.handler(Step, (step) => Effect.sync(() => order.push(step.n)))]
+          }))
+        )
+        expect(order).toEqual([1, 2])
+      })),
+    60_000
+  )
+
+  it.live(
+    "three workers, concurrency 8: per key one handler at a time, in commit order, through retries",
+    () =>
+      db.withPg(
+        Effect.gen(function*() {
+          const keys = 40
+          const perKey = 25
+          const active = new Set<string>()
+          const overlaps: Array<string> = []
+          const started = new Map<string, Array<number>>()
+          const attempts = new Map<string, number>()
+          const failsFirst = (n: number): number => (n % 6 === 0 ? 1 : 0)
+          let retries = 0
+          for (let n = 1; n <= perKey; n++) retries += keys * failsFirst(n)
+          const handler = Handlers.handler(Step, (step) =>
+            Effect.gen(function*() {
+              if (active.has(step.key)) overlaps.push(`${step.key}#${step.n}`)
+              active.add(step.key)
+              started.set(step.key, [...(started.get(step.key) ?? []), step.n])
+              yield* Effect.sleep(`${step.n % 3} millis`)
+              active.delete(step.key)
+              const id = `${step.key}#${step.n}`
+              const attempt = (attempts.get(id) ?? 0) + 1
+              attempts.set(id, attempt)
+              if (attempt <= failsFirst(step.n)) return yield* Effect.fail(new Error(`${id} not yet`))
+            }))
+          const table = uniqueTable("ordered")
+          const sql = yield* SqlClient.SqlClient
+          yield* Effect.gen(function*() {
+            // Concurrent producers, each committing a round of every key in its own transaction.
+            yield* Effect.forEach(
+              Array.from({ length: perKey }, (_, i) => i + 1),
+              (n) =>
+                sql.withTransaction(Effect.forEach(
+                  Array.from({ length: keys }, (_, k) => k),
+                  (k) => Outbox.dispatch(new Step({ key: `k${k}`, n }), { orderingKey: `k${k}` }),
+                  { discard: true }
+                )),
+              { concurrency: 1, discard: true }
+            )
+            const total = keys * perKey + retries
+            let outcomes = 0
+            const done = yield* Deferred.make<void>()
+            const count = () =>
+              Effect.suspend(() => (++outcomes >= total ? Deferred.succeed(done, undefined) : Effect.void))
+            const workers = yield* Effect.forEach([1, 2, 3], () =>
+              Effect.fork(Worker.run({
+                transports: ["outbox"],
+                concurrency: 8,
+                batchSize: 20,
+                sleep: "20 millis",
+                onEvent: (
+                  e
+                ) => (e._tag === "Handled" || e._tag === "Retried" || e._tag === "Failed" ? count() : Effect.void)
+              })))
+            yield* Deferred.await(done).pipe(Effect.timeout("60 seconds"))
+            yield* Effect.forEach(workers, Fiber.interrupt, { discard: true })
+          }).pipe(
+            Effect.provide(
+              outboxStack({ table, handlers: [handler], retry: { default: { maxRetries: 3, delay: "5 millis" } } })
+            )
+          )
+          expect(overlaps).toEqual([])
+          for (let k = 0; k < keys; k++) {
+            const expected = Array.from({ length: perKey }, (_, i) => i + 1).flatMap((n) =>
+              Array.from({ length: failsFirst(n) + 1 }, () => n)
+            )
+            expect(started.get(`k${k}`), `k${k}`).toEqual(expected)
+          }
+        }),
+        30
+      ).pipe(quiet),
+    120_000
+  )
+
+  it.live(
+    "a message in the failure queue blocks its key until failed:retry, then the key resumes in order",
+    () =>
+      db.withPg(
+        Effect.gen(function*() {
+          const order: Array<number> = []
+          const table = uniqueTable("ordered")
+          let failOnce = true
+          yield* Effect.gen(function*() {
+            const outbox = yield* Outbox.Outbox
+            yield* outbox.dispatchAll([1, 2, 3].map((n) => new Step({ key: "a", n })), { orderingKey: "a" })
+            yield* outbox.dispatch(new Step({ key: "b", n: 9 }), { orderingKey: "b" })
+            // Message 1 fails for good; key a stops, key b goes on.
+            expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({
+              handled: 1,
+              failed: 1
+            })
+            expect(order).toEqual([9])
+            const admin = yield* TransportAdmin
+            const [failed] = yield* admin.list("failed", { max: 10 })
+            expect(failed!.orderingKey).toBe("a")
+            expect(yield* admin.move("failed", failed!.id, { to: "outbox", headers: new Headers({ type: "Step" }) }))
+              .toBe(true)
+            expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 3 })
+            expect(order).toEqual([9, 1, 2, 3])
+          }).pipe(
+            Effect.provide(outboxStack({
+              table,
+              handlers: [Handlers.handler(Step, (s) =>
+                Effect.suspend(() => {
+                  if (s.n === 1 && failOnce) {
+                    failOnce = false
+                    return Effect.fail(new UnrecoverableMessageHandlingError({ message: "bad step" }))
+                  }
+                  order.push(s.n)
+                  return Effect.void
+                }))]
+            }))
+          )
+        }).pipe(quiet)
+      ),
+    60_000
+  )
+})
