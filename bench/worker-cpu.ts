@@ -37,7 +37,8 @@ const stub = (rows: ReadonlyArray<ReceivedMessage>): TransportShape => {
     browsing: false,
     countsDeliveries: true,
     stableIds: true,
-    ackWithClaim: true
+    ackWithClaim: true,
+    orderingKeys: false
   }
   const session: Session = {
     transports: ["outbox"],

@@ -135,12 +135,13 @@ export const run = (state: RunState) => {
           // The claim's fiber runs up to its first wait (the statement written to the connection) before the batch.
           yield* Effect.yieldNow()
         }
-        const gaveBack = yield* Batch.process(state, runner, name, batch, () => {
+        yield* Batch.process(state, runner, name, batch, () => {
           inHand = undefined
         })
         if (state.health !== undefined) state.health.progressAt = clock.unsafeCurrentTimeMillis()
-        // A claim made before messages went back may have found none: it says nothing of what is ready now.
-        if (gaveBack > 0) yield* forgetIfEmpty(name)
+        // A claim made while the batch ran may have found none only because of it — an ordering key's next message
+        // waits for the batch's ack, messages it gave back were not free yet: it says nothing of what is ready now.
+        yield* forgetIfEmpty(name)
         break
       }
       const now = clock.unsafeCurrentTimeMillis()
