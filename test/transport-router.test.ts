@@ -114,7 +114,7 @@ describe("TransportRouter", () => {
       const t = yield* TransportRouter.make(db, broker.shape)
       expect(t.capabilities("outbox")).toEqual(db.capabilities("outbox"))
       expect(t.capabilities("broker")).toEqual(
-        Option.map(broker.memory.capabilities("broker"), (c) => ({ ...c, stableIds: false }))
+        Option.map(broker.memory.capabilities("broker"), (c) => ({ ...c, stableIds: false, orderingKeys: false }))
       )
       expect(t.capabilities("nope")).toEqual(Option.none())
       expect(t.failureTransport("broker")).toEqual(Option.some("failed"))
