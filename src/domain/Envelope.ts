@@ -35,6 +35,8 @@ export interface Envelope<A extends Tagged = Tagged> {
    * (see `Forwarder`), so the far side gets the same bytes even when decoding and encoding again would not.
    */
   readonly body?: string | undefined
+  /** The message's ordering key, when it was sent with one (see `Outbox.DispatchOptions.orderingKey`). */
+  readonly orderingKey?: string | undefined
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
- * Handlers' log lines carry the message they handle (messageId, messageType, transport, attempt), also from the
- * fibers a handler forks and with several handlers running at once; the worker's own lines about no message do not.
+ * Handlers' log lines carry the message they handle (messageId, messageType, transport, orderingKey, attempt), also
+ * from the fibers a handler forks and with several handlers running at once; the worker's own lines about no message
+ * do not.
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
@@ -73,7 +74,9 @@ describe("handler log annotations", () => {
     return Effect.gen(function*() {
       const ids = []
       for (const orderId of [1, 2, 3, 4]) ids.push(yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 })))
-      const shipped = yield* Outbox.dispatch(new OrderShipped({ orderId: 5, carrier: "post" }))
+      const shipped = yield* Outbox.dispatch(new OrderShipped({ orderId: 5, carrier: "post" }), {
+        orderingKey: "order-5"
+      })
       yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true, concurrency: 3 })
       for (const [i, id] of ids.entries()) {
         const [before, after] = about(lines, `order ${i + 1} `)
@@ -82,8 +85,10 @@ describe("handler log annotations", () => {
       }
       expect(about(lines, "shipping 5")[0]?.annotations).toMatchObject({
         messageId: shipped,
-        messageType: "OrderShipped"
+        messageType: "OrderShipped",
+        orderingKey: "order-5"
       })
+      expect(about(lines, "order 1 starts")[0]?.annotations).not.toHaveProperty("orderingKey")
     }).pipe(
       Effect.provide(stack([
         Handlers.handler(OrderPaid, (paid) =>

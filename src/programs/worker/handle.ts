@@ -74,7 +74,8 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
       transport: row.transport,
       transportId: row.id,
       deliveries: row.deliveries,
-      body: row.body
+      body: row.body,
+      orderingKey: row.orderingKey
     },
     handlers
   })

@@ -1,9 +1,10 @@
 /**
- * Handlers' logs carry the message they handle: `messageId`, `messageType`, `transport` and `attempt` (1 for the
- * first run, 2 for the first retry…). Not `Effect.annotateLogs` per message, which changes a FiberRef each time (the
- * runtime then refreshes its caches): each fiber that runs handlers owns a mutable slot, a message's start writes
- * its envelope into it, and the loggers of the runner — wrapped once per runner — add the annotations when a line
- * is logged. A fiber a handler forks gets a copy of the slot as it is then, so its lines keep that message.
+ * Handlers' logs carry the message they handle: `messageId`, `messageType`, `transport`, `orderingKey` (when it has
+ * one) and `attempt` (1 for the first run, 2 for the first retry…). Not `Effect.annotateLogs` per message, which
+ * changes a FiberRef each time (the runtime then refreshes its caches): each fiber that runs handlers owns a mutable
+ * slot, a message's start writes its envelope into it, and the loggers of the runner — wrapped once per runner — add
+ * the annotations when a line is logged. A fiber a handler forks gets a copy of the slot as it is then, so its lines
+ * keep that message.
  *
  * @internal
  */
@@ -40,7 +41,12 @@ const annotated = (logger: Logger.Logger<unknown, unknown>): Logger.Logger<unkno
       HashMap.set("transport", envelope.transport as unknown),
       HashMap.set("attempt", Headers.retryCount(envelope.headers) + 1 as unknown)
     )
-    return logger.log({ ...options, annotations })
+    return logger.log({
+      ...options,
+      annotations: envelope.orderingKey === undefined
+        ? annotations
+        : HashMap.set(annotations, "orderingKey", envelope.orderingKey as unknown)
+    })
   })
 
 /**
