@@ -10,7 +10,6 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
-import * as Schema from "effect/Schema"
 import { UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
 import { Headers } from "../src/domain/Headers.js"
 import * as Worker from "../src/programs/worker/Worker.js"
@@ -19,10 +18,9 @@ import * as Outbox from "../src/services/Outbox.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
 import { testDatabase } from "./support/database.js"
 import { awaitLockWaiter, outboxStack, uniqueTable } from "./support/harness.js"
+import { orderedSteps, Step } from "./support/ordering.js"
 
 const db = testDatabase("ordering")
-
-class Step extends Schema.TaggedClass<Step>()("Step", { key: Schema.String, n: Schema.Int }) {}
 
 const quiet = Logger.withMinimumLogLevel(LogLevel.None)
 
@@ -70,25 +68,7 @@ describe("ordering keys on PostgreSQL", () => {
         Effect.gen(function*() {
           const keys = 40
           const perKey = 25
-          const active = new Set<string>()
-          const overlaps: Array<string> = []
-          const started = new Map<string, Array<number>>()
-          const attempts = new Map<string, number>()
-          const failsFirst = (n: number): number => (n % 6 === 0 ? 1 : 0)
-          let retries = 0
-          for (let n = 1; n <= perKey; n++) retries += keys * failsFirst(n)
-          const handler = Handlers.handler(Step, (step) =>
-            Effect.gen(function*() {
-              if (active.has(step.key)) overlaps.push(`${step.key}#${step.n}`)
-              active.add(step.key)
-              started.set(step.key, [...(started.get(step.key) ?? []), step.n])
-              yield* Effect.sleep(`${step.n % 3} millis`)
-              active.delete(step.key)
-              const id = `${step.key}#${step.n}`
-              const attempt = (attempts.get(id) ?? 0) + 1
-              attempts.set(id, attempt)
-              if (attempt <= failsFirst(step.n)) return yield* Effect.fail(new Error(`${id} not yet`))
-            }))
+          const steps = orderedSteps({ keys, perKey, failsFirst: (n) => (n % 6 === 0 ? 1 : 0) })
           const table = uniqueTable("ordered")
           const sql = yield* SqlClient.SqlClient
           yield* Effect.gen(function*() {
@@ -103,7 +83,7 @@ describe("ordering keys on PostgreSQL", () => {
                 )),
               { concurrency: 1, discard: true }
             )
-            const total = keys * perKey + retries
+            const total = steps.total
             let outcomes = 0
             const done = yield* Deferred.make<void>()
             const count = () =>
@@ -122,16 +102,14 @@ describe("ordering keys on PostgreSQL", () => {
             yield* Effect.forEach(workers, Fiber.interrupt, { discard: true })
           }).pipe(
             Effect.provide(
-              outboxStack({ table, handlers: [handler], retry: { default: { maxRetries: 3, delay: "5 millis" } } })
+              outboxStack({
+                table,
+                handlers: [steps.handler],
+                retry: { default: { maxRetries: 3, delay: "5 millis" } }
+              })
             )
           )
-          expect(overlaps).toEqual([])
-          for (let k = 0; k < keys; k++) {
-            const expected = Array.from({ length: perKey }, (_, i) => i + 1).flatMap((n) =>
-              Array.from({ length: failsFirst(n) + 1 }, () => n)
-            )
-            expect(started.get(`k${k}`), `k${k}`).toEqual(expected)
-          }
+          steps.check()
         }),
         30
       ).pipe(quiet),

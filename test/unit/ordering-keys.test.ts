@@ -13,12 +13,10 @@ import * as Schema from "effect/Schema"
 import * as Message from "../../src/domain/Message.js"
 import * as MemoryTransport from "../../src/layers/MemoryTransport.js"
 import * as Worker from "../../src/programs/worker/Worker.js"
-import * as Handlers from "../../src/services/Handlers.js"
 import * as Outbox from "../../src/services/Outbox.js"
 import { Transport } from "../../src/services/Transport.js"
 import { memoryStack } from "../support/memory.js"
-
-class Step extends Schema.TaggedClass<Step>()("Step", { key: Schema.String, n: Schema.Int }) {}
+import { orderedSteps, Step } from "../support/ordering.js"
 
 class AccountDebited extends Schema.TaggedClass<AccountDebited>()("AccountDebited", {
   account: Schema.Int,
@@ -33,26 +31,8 @@ describe("ordering keys", () => {
   it.live("per key one handler at a time, in the order sent: concurrency 8, batches, prefetch and retries", () => {
     const keys = 20
     const perKey = 25
-    const active = new Set<string>()
-    const overlaps: Array<string> = []
-    const started = new Map<string, Array<number>>()
-    const attempts = new Map<string, number>()
     // Every seventh message fails twice before it succeeds.
-    const failsFirst = (n: number): number => (n % 7 === 0 ? 2 : 0)
-    let retries = 0
-    for (let n = 1; n <= perKey; n++) retries += keys * failsFirst(n)
-    const handler = Handlers.handler(Step, (step) =>
-      Effect.gen(function*() {
-        if (active.has(step.key)) overlaps.push(`${step.key}#${step.n}`)
-        active.add(step.key)
-        started.set(step.key, [...(started.get(step.key) ?? []), step.n])
-        yield* Effect.sleep(`${(step.n * 7) % 3} millis`)
-        active.delete(step.key)
-        const id = `${step.key}#${step.n}`
-        const attempt = (attempts.get(id) ?? 0) + 1
-        attempts.set(id, attempt)
-        if (attempt <= failsFirst(step.n)) return yield* Effect.fail(new Error(`${id} not yet`))
-      }))
+    const steps = orderedSteps({ keys, perKey, failsFirst: (n) => (n % 7 === 0 ? 2 : 0) })
     return Effect.gen(function*() {
       // Interleaved sends: key k's message n goes in the n-th call, among the other keys'.
       for (let n = 1; n <= perKey; n++) {
@@ -65,18 +45,12 @@ describe("ordering keys", () => {
         concurrency: 8,
         batchSize: 10,
         sleep: "5 millis",
-        limit: keys * perKey + retries
+        limit: steps.total
       })
-      expect(summary).toMatchObject({ handled: keys * perKey, retried: retries, failed: 0 })
-      expect(overlaps).toEqual([])
-      for (let k = 0; k < keys; k++) {
-        const expected = Array.from({ length: perKey }, (_, i) => i + 1).flatMap((n) =>
-          Array.from({ length: failsFirst(n) + 1 }, () => n)
-        )
-        expect(started.get(`k${k}`)).toEqual(expected)
-      }
+      expect(summary).toMatchObject({ handled: keys * perKey, retried: steps.retries, failed: 0 })
+      steps.check()
     }).pipe(
-      Effect.provide(memoryStack([handler], { default: { maxRetries: 3, delay: "3 millis" } })),
+      Effect.provide(memoryStack([steps.handler], { default: { maxRetries: 3, delay: "3 millis" } })),
       Logger.withMinimumLogLevel(LogLevel.Error)
     )
   })
