@@ -70,7 +70,9 @@ const main = async () => {
   const cluster = await startCluster({ noFsync: false, log: (line) => console.error(line) })
   try {
     const unordered = await run(cluster.adminUrl, undefined)
-    console.log(`burn-down, ${messages} messages, batch 500, concurrency 8 (${cluster.origin}), Node ${process.version}`)
+    console.log(
+      `burn-down, ${messages} messages, batch 500, concurrency 8 (${cluster.origin}), Node ${process.version}`
+    )
     console.log("| keys | msg/s | ÷ without keys |")
     console.log("|---:|---:|---:|")
     console.log(`| none | ${Math.round(unordered)} | 1.000 |`)
@@ -87,4 +89,3 @@ main().catch((error) => {
   console.error(error)
   process.exit(1)
 })
-
