@@ -73,7 +73,8 @@ describe("demo", () => {
           )
         ).toBe("DemoOptionsError")
       }),
-    60_000
+    // Five processes started one after another: on a busy 2-core machine each start can take many seconds.
+    180_000
   )
 
   it.live(
