@@ -18,9 +18,8 @@ import type { StoredMessage } from "../domain/Envelope.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
-import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { mapConfigError } from "../internal/configError.js"
-import { failureTransports, positiveDuration, rowCapabilities, unknownTransport } from "../internal/transports.js"
+import { rowCapabilities, unknownTransport } from "../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { runMigrations } from "./internal/migrate.js"
@@ -29,6 +28,7 @@ import * as PgSession from "./pg/PgSession.js"
 import * as PgWakeups from "./pg/PgWakeups.js"
 import * as Migrations from "./pg/sql/migrations.js"
 import * as Statements from "./pg/sql/transport.js"
+import { type ResolvedTransport, resolveTransports } from "./pg/transports.js"
 
 /**
  * Options of one named transport.
@@ -98,14 +98,6 @@ const defaultPoolSize = 10
  * claims take turns in the pool like every other statement, so it cannot starve the application or its handlers.
  */
 const minPoolForOwnConnection = 4
-
-interface ResolvedTransport {
-  readonly name: string
-  readonly queueName: string
-  readonly redeliverTimeoutMs: number
-  readonly failureTransport: string
-  readonly blocksKeys: boolean
-}
 
 const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessage => ({
   id: row.id,
@@ -431,39 +423,3 @@ export const failedFrom = (
 
 /** SQLSTATE 42P01: the table does not exist. */
 const isUndefinedTable = (error: SqlError): boolean => (error.cause as { code?: unknown } | undefined)?.code === "42P01"
-
-const resolveTransports = (
-  input: Readonly<Record<string, TransportOptions>>
-): Effect.Effect<Map<string, ResolvedTransport>, OutboxConfigError> =>
-  Effect.gen(function*() {
-    if (Object.keys(input).length === 0) {
-      return yield* new OutboxConfigError({ message: "At least one transport must be configured" })
-    }
-    const resolved = new Map<string, ResolvedTransport>()
-    for (const [name, failureTransport, o] of failureTransports(input)) {
-      yield* Identifier.validateQueueName(name)
-      const queueName = yield* Identifier.validateQueueName(o?.queueName ?? name)
-      const lease = yield* positiveDuration(
-        `Transport ${name}: redeliverTimeout`,
-        o?.redeliverTimeout ?? defaultRedeliverTimeout
-      )
-      resolved.set(name, {
-        name,
-        queueName,
-        redeliverTimeoutMs: Duration.toMillis(lease),
-        failureTransport,
-        blocksKeys: o?.keyAfterFailure !== "skip"
-      })
-    }
-    const queues = new Map<string, string>()
-    for (const t of resolved.values()) {
-      const other = queues.get(t.queueName)
-      if (other !== undefined) {
-        return yield* new OutboxConfigError({
-          message: `Transports ${other} and ${t.name} use the same queue ${t.queueName}`
-        })
-      }
-      queues.set(t.queueName, t.name)
-    }
-    return resolved
-  })
