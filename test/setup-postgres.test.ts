@@ -43,7 +43,8 @@ describe("PostgreSQL setup", () => {
         [3, "claim_function"],
         [4, "claim_next_due"],
         [5, "claim_extreme_values"],
-        [6, "ordering_keys"]
+        [6, "ordering_keys"],
+        [7, "claim_acked_keys_first"]
       ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
