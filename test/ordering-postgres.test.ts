@@ -11,11 +11,13 @@ import * as Fiber from "effect/Fiber"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
-import { Headers } from "../src/domain/Headers.js"
+import * as PgTransport from "../src/layers/PgTransport.js"
+import * as Cli from "../src/programs/Cli.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
+import { runCli } from "./support/cli.js"
 import { testDatabase } from "./support/database.js"
 import { awaitLockWaiter, outboxStack, uniqueTable } from "./support/harness.js"
 import { orderedSteps, Step } from "./support/ordering.js"
@@ -116,45 +118,98 @@ describe("ordering keys on PostgreSQL", () => {
     120_000
   )
 
+  /** Key a: steps 1, 2, 3 (1 fails for good the first time); key b: step 9. */
+  const failingFirstStep = (table: string, transports: PgTransport.Options["transports"] = { outbox: {} }) => {
+    const order: Array<number> = []
+    let failOnce = true
+    const stack = outboxStack({
+      table,
+      transports,
+      handlers: [Handlers.handler(Step, (s) =>
+        Effect.suspend(() => {
+          if (s.n === 1 && failOnce) {
+            failOnce = false
+            return Effect.fail(new UnrecoverableMessageHandlingError({ message: "bad step" }))
+          }
+          order.push(s.n)
+          return Effect.void
+        }))]
+    })
+    const dispatchSteps = Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      yield* outbox.dispatchAll([1, 2, 3].map((n) => new Step({ key: "a", n })), { orderingKey: "a" })
+      yield* outbox.dispatch(new Step({ key: "b", n: 9 }), { orderingKey: "b" })
+    })
+    return { order, stack, dispatchSteps }
+  }
+
+  /** The "Blocked keys" cell of the outbox transport's row in `stats`. */
+  const blockedKeys = (cli: ReturnType<typeof Cli.make>) =>
+    Effect.map(runCli(cli, ["stats", "--dsn", db.url]), (result) => {
+      const row = result.stdout.split("\n").find((line) => line.startsWith("outbox "))
+      return row?.split("|").at(-1)?.trim()
+    })
+
+  for (const operator of ["failed:retry", "failed:remove"] as const) {
+    it.live(
+      `a message in the failure queue blocks its key (stats and failed:show say so) until ${operator}, then the key resumes in order`,
+      () =>
+        db.withPg(
+          Effect.gen(function*() {
+            const table = uniqueTable("ordered")
+            const cli = Cli.make({ transport: { table } })
+            const steps = failingFirstStep(table)
+            yield* Effect.gen(function*() {
+              yield* steps.dispatchSteps
+              // Message 1 fails for good; key a stops, key b goes on.
+              expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({
+                handled: 1,
+                failed: 1
+              })
+              expect(steps.order).toEqual([9])
+              expect(yield* blockedKeys(cli)).toBe("1")
+              const [failed] = yield* (yield* TransportAdmin).list("failed", { max: 10 })
+              const shown = yield* runCli(cli, ["failed:show", failed!.id, "--dsn", db.url])
+              expect(shown.stdout).toMatch(/Ordering key\s+\| a \(blocked: its later messages wait for this one\)/)
+              const json = JSON.parse(
+                (yield* runCli(cli, ["failed:show", failed!.id, "--format", "json", "--dsn", db.url]))
+                  .stdout
+              )
+              expect(json).toMatchObject({ orderingKey: "a", blocksKey: true })
+              const acted = yield* runCli(cli, [operator, failed!.id, "--force", "--dsn", db.url])
+              expect(acted.exit._tag, acted.stderr).toBe("Success")
+              expect(yield* blockedKeys(cli)).toBe("0")
+              expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({
+                handled: operator === "failed:retry" ? 3 : 2
+              })
+              expect(steps.order).toEqual(operator === "failed:retry" ? [9, 1, 2, 3] : [9, 2, 3])
+            }).pipe(Effect.provide(steps.stack))
+          }).pipe(quiet)
+        ),
+      60_000
+    )
+  }
+
   it.live(
-    "a message in the failure queue blocks its key until failed:retry, then the key resumes in order",
+    `keyAfterFailure "skip": a terminal failure lets its key go on, and no key counts as blocked`,
     () =>
       db.withPg(
         Effect.gen(function*() {
-          const order: Array<number> = []
           const table = uniqueTable("ordered")
-          let failOnce = true
+          const cli = Cli.make({ transport: { table } })
+          const steps = failingFirstStep(table, { outbox: { keyAfterFailure: "skip" } })
           yield* Effect.gen(function*() {
-            const outbox = yield* Outbox.Outbox
-            yield* outbox.dispatchAll([1, 2, 3].map((n) => new Step({ key: "a", n })), { orderingKey: "a" })
-            yield* outbox.dispatch(new Step({ key: "b", n: 9 }), { orderingKey: "b" })
-            // Message 1 fails for good; key a stops, key b goes on.
+            yield* steps.dispatchSteps
             expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({
-              handled: 1,
+              handled: 3,
               failed: 1
             })
-            expect(order).toEqual([9])
-            const admin = yield* TransportAdmin
-            const [failed] = yield* admin.list("failed", { max: 10 })
-            expect(failed!.orderingKey).toBe("a")
-            expect(yield* admin.move("failed", failed!.id, { to: "outbox", headers: new Headers({ type: "Step" }) }))
-              .toBe(true)
-            expect(yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true })).toMatchObject({ handled: 3 })
-            expect(order).toEqual([9, 1, 2, 3])
-          }).pipe(
-            Effect.provide(outboxStack({
-              table,
-              handlers: [Handlers.handler(Step, (s) =>
-                Effect.suspend(() => {
-                  if (s.n === 1 && failOnce) {
-                    failOnce = false
-                    return Effect.fail(new UnrecoverableMessageHandlingError({ message: "bad step" }))
-                  }
-                  order.push(s.n)
-                  return Effect.void
-                }))]
-            }))
-          )
+            expect(steps.order.filter((n) => n !== 9)).toEqual([2, 3])
+            expect(yield* blockedKeys(cli)).toBe("0")
+            const [failed] = yield* (yield* TransportAdmin).list("failed", { max: 10 })
+            const shown = yield* runCli(cli, ["failed:show", failed!.id, "--dsn", db.url])
+            expect(shown.stdout).toMatch(/Ordering key\s+\| a \(not blocked: its later messages went on\)/)
+          }).pipe(Effect.provide(steps.stack))
         }).pipe(quiet)
       ),
     60_000

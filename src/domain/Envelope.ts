@@ -94,6 +94,8 @@ export interface ReceivedMessage {
 export interface StoredMessage extends ReceivedMessage {
   /** Lease start of the worker holding it, `null` when nobody does. */
   readonly deliveredAt: Date | null
+  /** In a failure transport: its ordering key waits for it (`keyAfterFailure: "block"`) until it is retried or removed. */
+  readonly blocksKey?: boolean
 }
 
 /**
@@ -115,6 +117,11 @@ export interface TransportStats {
   readonly failed: number
   /** How long the oldest ready message has been waiting (null when none): the sign of a dead or slow worker. */
   readonly oldestReadyAgeMs: number | null
+  /**
+   * Ordering keys whose later messages wait for a message in the failure transport (`keyAfterFailure: "block"`),
+   * until an operator retries or removes it; 0 on a transport without ordering keys.
+   */
+  readonly blockedKeys: number
 }
 
 /**

@@ -128,7 +128,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
       availableAt: new Date(row.availableAt),
       deliveredAt: row.deliveredAt === null ? null : new Date(row.deliveredAt),
       deliveries: row.deliveries,
-      ...(row.orderingKey === null ? {} : { orderingKey: row.orderingKey })
+      ...(row.orderingKey === null ? {} : { orderingKey: row.orderingKey }),
+      ...(row.blocks === null ? {} : { blocksKey: true })
     })
 
     /** Milliseconds until the next message of a queue may become claimable (unclaimed: its availability; claimed: its lease's end). */
@@ -338,8 +339,10 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           let inFlight = 0
           let failed = 0
           let oldest: number | null = null
+          const blockedKeys = new Set<string>()
           for (const row of rows.values()) {
             if (row.queueName === failureTransport) failed++
+            if (row.blocks === name && row.orderingKey !== null) blockedKeys.add(row.orderingKey)
             if (row.queueName !== name) continue
             const leased = row.deliveredAt !== null && row.deliveredAt >= now - leaseMs
             if (leased) inFlight++
@@ -356,7 +359,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             delayed,
             inFlight,
             failed,
-            oldestReadyAgeMs: oldest === null ? null : now - oldest
+            oldestReadyAgeMs: oldest === null ? null : now - oldest,
+            blockedKeys: blockedKeys.size
           }
         }),
       messages: Effect.sync(() => ordered().map(toStored)),

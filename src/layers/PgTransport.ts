@@ -109,7 +109,8 @@ const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessa
   availableAt: Statements.dateOf(row.available_ms),
   deliveredAt: row.delivered_ms === null ? null : Statements.dateOf(row.delivered_ms),
   deliveries: row.delivery_count,
-  ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key })
+  ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key }),
+  ...(row.blocks_key ? { blocksKey: true } : {})
 })
 
 /** A row store's capabilities, ordering keys included (migration 6). */
@@ -315,7 +316,8 @@ export const make = (
             delayed: row!.delayed,
             inFlight: row!.in_flight,
             failed: row!.failed,
-            oldestReadyAgeMs: row!.oldest_ms === null ? null : Math.max(0, Math.round(row!.oldest_ms))
+            oldestReadyAgeMs: row!.oldest_ms === null ? null : Math.max(0, Math.round(row!.oldest_ms)),
+            blockedKeys: row!.blocked_keys
           }
         })
     }

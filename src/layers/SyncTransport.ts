@@ -236,7 +236,8 @@ const makeWith = (
           delayed: 0,
           inFlight: 0,
           failed: 0,
-          oldestReadyAgeMs: null
+          oldestReadyAgeMs: null,
+          blockedKeys: 0
         })
     }
     return backend

@@ -158,6 +158,17 @@ export const oldestReadyAge = Metric.gauge("outbox_queue_oldest_ready_age_second
   description: "The age of the oldest ready message of a transport, sampled"
 })
 
+/**
+ * Ordering keys of a transport held by a message in the failure queue — their later messages wait for an operator
+ * (`failed:retry` or `failed:remove`) — sampled.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const blockedKeys = Metric.gauge("outbox_queue_blocked_keys", {
+  description: "Ordering keys of a transport blocked by a message in the failure queue, sampled"
+})
+
 /** The labels arrays handed out: by transport, by the second label's name ("" for none), by its value. */
 const labelsCache = new Map<string, Map<string, Map<string, ReadonlyArray<MetricLabel.MetricLabel>>>>()
 
@@ -226,6 +237,7 @@ export const sampleQueuesOnce = (
             stats.oldestReadyAgeMs === null ? 0 : stats.oldestReadyAgeMs / 1000,
             transportLabels(transport)
           )
+          blockedKeys.unsafeUpdate(stats.blockedKeys, transportLabels(transport))
         }), { discard: true })
   )
 

@@ -345,6 +345,7 @@ describe("examples/observability", () => {
       "OutboxOldestReadyAgeHigh",
       "OutboxOldestReadyAgeGrowing",
       "OutboxFailureQueueGrowing",
+      "OutboxOrderingKeysBlocked",
       "OutboxWorkerLoopRestarts",
       "OutboxQueueMetricsAbsent"
     ])

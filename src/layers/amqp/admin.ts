@@ -60,7 +60,8 @@ export const make = (options: {
         delayed: 0,
         inFlight: inFlight(name),
         failed: failure === undefined ? 0 : yield* depth(name, "stats", failure.queue),
-        oldestReadyAgeMs: null
+        oldestReadyAgeMs: null,
+        blockedKeys: 0
       }
     })
 

@@ -346,10 +346,11 @@ export const make = (options: CliOptions, environment: Environment) => {
           }
           if (queues.length > 0) {
             yield* Console.log(renderTable(
-              ["Transport", "Queue", "Ready", "Delayed", "In flight", "Failed", "Oldest ready"],
+              ["Transport", "Queue", "Ready", "Delayed", "In flight", "Failed", "Oldest ready", "Blocked keys"],
               queues.map((name) => {
                 const c = counts.get(name)!
                 const failed = failedFrom(name)
+                const keyed = Option.exists(transport.capabilities(name), (capabilities) => capabilities.orderingKeys)
                 return [
                   name,
                   c.queue,
@@ -357,7 +358,8 @@ export const make = (options: CliOptions, environment: Environment) => {
                   String(c.delayed),
                   String(c.inFlight),
                   failed === null ? "-" : String(failed),
-                  formatAge(c.oldestReadyAgeMs)
+                  formatAge(c.oldestReadyAgeMs),
+                  keyed ? String(c.blockedKeys) : "-"
                 ]
               })
             ))

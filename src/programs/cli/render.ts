@@ -22,6 +22,9 @@ export interface FailedDetails {
   readonly errorTag: string
   readonly errorMessage: string
   readonly originalTransport: string | null
+  /** Its ordering key, if it has one, and whether the key's later messages wait for it. */
+  readonly orderingKey: string | null
+  readonly blocksKey: boolean
   readonly retries: ReadonlyArray<{
     readonly retry: number
     readonly delayMs: number
@@ -54,6 +57,8 @@ export const describeFailed = (m: StoredMessage, verbose: boolean): FailedDetail
     errorTag,
     errorMessage,
     originalTransport: headers?.originalTransport ?? null,
+    orderingKey: m.orderingKey ?? null,
+    blocksKey: m.blocksKey === true,
     retries: (headers?.redeliveries ?? []).map((r) => {
       const errorTag = cut(r.errorTag, maxNameLength)
       const errorMessage = cut(r.errorMessage, maxMessageLength)
@@ -97,7 +102,13 @@ export const printFailed = (d: FailedDetails) =>
       ["Failed at", d.failedAt],
       ["Error", headline(d.errorMessage, 200)],
       ["Error Class", truncate(d.errorTag, 200)],
-      ["Transport", d.originalTransport ?? "(unknown)"]
+      ["Transport", d.originalTransport ?? "(unknown)"],
+      ...(d.orderingKey === null ? [] : [[
+        "Ordering key",
+        `${truncate(d.orderingKey, 200)} (${
+          d.blocksKey ? "blocked: its later messages wait for this one" : "not blocked: its later messages went on"
+        })`
+      ]])
     ]))
     yield* Console.log("Message history:")
     if (d.retries.length === 0) yield* Console.log("  (no retries)")

@@ -7,6 +7,7 @@
 import { describe, expect } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { OutgoingMessage } from "../../domain/Envelope.js"
 import * as Headers from "../../domain/Headers.js"
 import { claimMessages, lease, numbers, outgoing, type When } from "./shared.js"
@@ -91,7 +92,7 @@ export const register = <R>(when: When<R>): void => {
     )
 
     when(
-      "a message in the failure transport blocks its key until it is moved back, then leads again",
+      "a message in the failure transport blocks its key (stats count it) until it is moved back, then leads again",
       ordering,
       (t) =>
         Effect.gen(function*() {
@@ -102,8 +103,12 @@ export const register = <R>(when: When<R>): void => {
           expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
           const [failed] = yield* t.list("failed", { max: 10 })
           expect(failed!.orderingKey).toBe("a")
+          expect(failed!.blocksKey).toBe(true)
+          expect((yield* t.find("failed", failed!.id)).pipe(Option.map((m) => m.blocksKey))).toEqual(Option.some(true))
+          expect((yield* t.stats("outbox")).blockedKeys).toBe(1)
           expect(yield* t.move("failed", failed!.id, { to: "outbox", headers: new Headers.Headers({ type: "Test" }) }))
             .toBe(true)
+          expect((yield* t.stats("outbox")).blockedKeys).toBe(0)
           const again = yield* claimMessages(t, "outbox", 10)
           expect(numbers(again)).toEqual([1])
           expect(numbers(yield* claimMessages(t, "outbox", 10, [again[0]!.id]))).toEqual([2])
@@ -119,7 +124,9 @@ export const register = <R>(when: When<R>): void => {
           const [first] = yield* claimMessages(t, "outbox", 10)
           yield* t.fail(first!, new Headers.Headers({ type: "Test" }))
           expect(yield* claimMessages(t, "outbox", 10)).toEqual([])
+          expect((yield* t.stats("outbox")).blockedKeys).toBe(1)
           expect(yield* t.remove("failed", [first!.id])).toBe(1)
+          expect((yield* t.stats("outbox")).blockedKeys).toBe(0)
           expect(numbers(yield* claimMessages(t, "outbox", 10))).toEqual([2])
         })
     )

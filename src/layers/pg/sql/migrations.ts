@@ -525,7 +525,11 @@ export const loader = (table: string) => {
     }),
     "7_claim_acked_keys_first": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-      yield* sql.unsafe(claimFunctionV7(t, fn, quote(keySequences(table)), quote(keyStates(table))))
+      const keys = quote(keyStates(table))
+      // Blocked keys are few: found by the message blocking them (unblock, remove) and counted by `stats`.
+      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${quote(indexName(keyStates(table), "_blocked_idx"))}
+        ON ${keys} (blocked_by) WHERE blocked_by IS NOT NULL`)
+      yield* sql.unsafe(claimFunctionV7(t, fn, quote(keySequences(table)), keys))
     })
   })
 }

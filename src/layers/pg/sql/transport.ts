@@ -19,6 +19,7 @@ export interface StoredRow {
   readonly delivered_ms: number | null
   readonly delivery_count: number
   readonly ordering_key: string | null
+  readonly blocks_key: boolean
 }
 
 /** The largest time a `Date` holds. */
@@ -60,6 +61,7 @@ export interface StatsRow {
   readonly in_flight: number
   readonly failed: number
   readonly oldest_ms: number | null
+  readonly blocked_keys: number
 }
 
 /**
@@ -82,7 +84,9 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     "id::text AS id, message_id::text AS message_id, body, headers, " +
       "(extract(epoch FROM created_at) * 1000)::float8 AS created_ms, " +
       "(extract(epoch FROM available_at) * 1000)::float8 AS available_ms, " +
-      "(extract(epoch FROM delivered_at) * 1000)::float8 AS delivered_ms, delivery_count, ordering_key"
+      "(extract(epoch FROM delivered_at) * 1000)::float8 AS delivered_ms, delivery_count, ordering_key, " +
+      // The key table has no `id` column: `id` is the row's.
+      `EXISTS (SELECT 1 FROM ${quote(keyStates(table))} WHERE blocked_by = id) AS blocks_key`
   )
   /** Makes the keys of the rows a statement returned (`ordering_key`) due now: their next message may go. */
   const keysDue = (queue: string, statement: Statement.Fragment) =>
@@ -230,7 +234,8 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
             AND (delivered_at IS NULL OR delivered_at < ${
         lease(leaseMs)
       } OR delivered_at = 'infinity')))) * 1000)::float8
-            AS oldest_ms
+            AS oldest_ms,
+          (SELECT count(*) FROM ${keys} WHERE queue_name = ${queue} AND blocked_by IS NOT NULL)::int AS blocked_keys
         FROM ${t} WHERE queue_name IN (${queue}, ${failureQueue})`
   }
 }
