@@ -67,7 +67,7 @@ const run = async (adminUrl: string, keys: number | undefined) => {
 }
 
 const main = async () => {
-  const cluster = await startCluster({ noFsync: false, log: (line) => console.error(line) })
+  const cluster = await startCluster({ noFsync: process.env["NO_FSYNC"] === "1", log: (line) => console.error(line) })
   try {
     const unordered = await run(cluster.adminUrl, undefined)
     console.log(

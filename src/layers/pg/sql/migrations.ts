@@ -190,13 +190,11 @@ const orderingKeysV6 = (
 ]
 
 /**
- * Migration 6's claim: acked keyed rows make their keys due at once; the heads of due, unblocked keys (at most
- * `batch_size`, keys locked `SKIP LOCKED`) are leased and their keys due at the lease's end; a key whose head is
- * leased or delayed is due again then; a key with no row left is deleted once no producer holds its sequence (a
- * second statement, with a fresh snapshot, looks again first) — otherwise it is due again in 100 ms. Then unkeyed
- * rows fill the batch, as migration 5's claim takes them.
+ * The claim function's signature and first variables, from migration 6 on (the result has `ordering_key`). These
+ * fragments are shared by the claims of migrations 6 and 7 and must keep their text: a migration that ran once
+ * must create the same function when it runs on a new database.
  */
-const claimFunctionV6 = (t: string, fn: string, seq: string, keys: string) =>
+const claimSignature = (fn: string) =>
   `CREATE OR REPLACE FUNCTION ${fn}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
 ) RETURNS TABLE (
@@ -207,7 +205,76 @@ const claimFunctionV6 = (t: string, fn: string, seq: string, keys: string) =>
 DECLARE
   lease interval := lease_ms * interval '1 millisecond';
   keyed int := 0;
-  unkeyed int := 0;
+`
+
+/** Leases the claimable heads among `heads`, returning them (migrations 6 and 7). */
+const leaseHeads = (t: string) =>
+  `    RETURN QUERY
+    UPDATE ${t} AS m SET delivered_at = now(),
+      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+    WHERE m.id = ANY(heads) AND m.available_at <= now()
+      AND (m.delivered_at IS NULL OR m.delivered_at < now() - lease OR m.delivered_at = 'infinity')
+    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+      m.delivery_count, m.ordering_key;
+`
+
+/** Makes the keys of `list` due again by their heads in `heads` (migrations 6 and 7). */
+const keysDueAgain = (t: string, keys: string, list: "due_keys" | "candidates") =>
+  `    UPDATE ${keys} AS k SET due_at = CASE
+        WHEN m.id IS NULL THEN now() + interval '100 milliseconds'
+        WHEN m.available_at > now() THEN m.available_at
+        WHEN m.delivered_at IS NOT NULL AND m.delivered_at >= now() - lease AND m.delivered_at <> 'infinity'
+          THEN m.delivered_at + lease
+        ELSE now() + lease END
+    FROM unnest(${list}, heads) AS c(k, h)
+    LEFT JOIN ${t} AS m ON m.id = c.h
+    WHERE k.queue_name = queue AND k.ordering_key = c.k;
+`
+
+/** Unkeyed rows fill the batch; a claim that found nothing answers when the next row or key is due (6 and 7). */
+const unkeyedFillAndNextDue = (t: string, keys: string) =>
+  `  IF keyed < batch_size THEN
+    RETURN QUERY
+    WITH next AS MATERIALIZED (
+      SELECT ready.id FROM ${t} AS ready
+      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
+        AND ready.available_at <= now()
+        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
+      ORDER BY ready.available_at, ready.id
+      LIMIT batch_size - keyed
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE ${t} AS m SET delivered_at = now(),
+      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+    WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
+    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+      m.delivery_count, NULL::text;
+    GET DIAGNOSTICS unkeyed = ROW_COUNT;
+  END IF;
+
+  IF keyed + unkeyed = 0 THEN
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
+      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
+        ORDER BY available_at LIMIT 1),
+      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at <= now()
+        AND delivered_at IS NOT NULL) + lease,
+      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
+    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
+  END IF;
+END
+$claim$`
+
+/**
+ * Migration 6's claim: acked keyed rows make their keys due at once; the heads of due, unblocked keys (at most
+ * `batch_size`, keys locked `SKIP LOCKED`) are leased and their keys due at the lease's end; a key whose head is
+ * leased or delayed is due again then; a key with no row left is deleted once no producer holds its sequence (a
+ * second statement, with a fresh snapshot, looks again first) — otherwise it is due again in 100 ms. Then unkeyed
+ * rows fill the batch, as migration 5's claim takes them.
+ */
+const claimFunctionV6 = (t: string, fn: string, seq: string, keys: string) =>
+  `${claimSignature(fn)}  unkeyed int := 0;
   due_keys text[];
   heads bigint[];
   empty text[];
@@ -251,58 +318,11 @@ BEGIN
 
     -- Every other due key is due again: at its head's lease end once leased (below, or by another claimer), at its
     -- head's availability when delayed, in 100 ms when it had no row (a producer may be committing one).
-    UPDATE ${keys} AS k SET due_at = CASE
-        WHEN m.id IS NULL THEN now() + interval '100 milliseconds'
-        WHEN m.available_at > now() THEN m.available_at
-        WHEN m.delivered_at IS NOT NULL AND m.delivered_at >= now() - lease AND m.delivered_at <> 'infinity'
-          THEN m.delivered_at + lease
-        ELSE now() + lease END
-    FROM unnest(due_keys, heads) AS c(k, h)
-    LEFT JOIN ${t} AS m ON m.id = c.h
-    WHERE k.queue_name = queue AND k.ordering_key = c.k;
-
-    RETURN QUERY
-    UPDATE ${t} AS m SET delivered_at = now(),
-      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-    WHERE m.id = ANY(heads) AND m.available_at <= now()
-      AND (m.delivered_at IS NULL OR m.delivered_at < now() - lease OR m.delivered_at = 'infinity')
-    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
-      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-      m.delivery_count, m.ordering_key;
-    GET DIAGNOSTICS keyed = ROW_COUNT;
+${keysDueAgain(t, keys, "due_keys")}
+${leaseHeads(t)}    GET DIAGNOSTICS keyed = ROW_COUNT;
   END IF;
 
-  IF keyed < batch_size THEN
-    RETURN QUERY
-    WITH next AS MATERIALIZED (
-      SELECT ready.id FROM ${t} AS ready
-      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
-        AND ready.available_at <= now()
-        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
-      ORDER BY ready.available_at, ready.id
-      LIMIT batch_size - keyed
-      FOR UPDATE SKIP LOCKED
-    )
-    UPDATE ${t} AS m SET delivered_at = now(),
-      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-    WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
-    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
-      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-      m.delivery_count, NULL::text;
-    GET DIAGNOSTICS unkeyed = ROW_COUNT;
-  END IF;
-
-  IF keyed + unkeyed = 0 THEN
-    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
-      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
-        ORDER BY available_at LIMIT 1),
-      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at <= now()
-        AND delivered_at IS NOT NULL) + lease,
-      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
-    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
-  END IF;
-END
-$claim$`
+${unkeyedFillAndNextDue(t, keys)}`
 
 /**
  * Migration 7's claim: the keys of the rows it acks are its first candidates (their next heads are free now), so
@@ -314,17 +334,7 @@ $claim$`
  * batch, as migration 5's claim takes them.
  */
 const claimFunctionV7 = (t: string, fn: string, seq: string, keys: string) =>
-  `CREATE OR REPLACE FUNCTION ${fn}(
-  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
-) RETURNS TABLE (
-  id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int,
-  ordering_key text
-) LANGUAGE plpgsql AS $claim$
-#variable_conflict use_column
-DECLARE
-  lease interval := lease_ms * interval '1 millisecond';
-  keyed int := 0;
-  leased int := 0;
+  `${claimSignature(fn)}  leased int := 0;
   unkeyed int := 0;
   rounds int := 0;
   acked_keys text[];
@@ -392,61 +402,14 @@ BEGIN
 
     -- Every other candidate is due again: at its head's lease end once leased (below, or by another claimer), at
     -- its head's availability when delayed, in 100 ms when it had no row (a producer may be committing one).
-    UPDATE ${keys} AS k SET due_at = CASE
-        WHEN m.id IS NULL THEN now() + interval '100 milliseconds'
-        WHEN m.available_at > now() THEN m.available_at
-        WHEN m.delivered_at IS NOT NULL AND m.delivered_at >= now() - lease AND m.delivered_at <> 'infinity'
-          THEN m.delivered_at + lease
-        ELSE now() + lease END
-    FROM unnest(candidates, heads) AS c(k, h)
-    LEFT JOIN ${t} AS m ON m.id = c.h
-    WHERE k.queue_name = queue AND k.ordering_key = c.k;
-
-    RETURN QUERY
-    UPDATE ${t} AS m SET delivered_at = now(),
-      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-    WHERE m.id = ANY(heads) AND m.available_at <= now()
-      AND (m.delivered_at IS NULL OR m.delivered_at < now() - lease OR m.delivered_at = 'infinity')
-    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
-      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-      m.delivery_count, m.ordering_key;
-    GET DIAGNOSTICS leased = ROW_COUNT;
+${keysDueAgain(t, keys, "candidates")}
+${leaseHeads(t)}    GET DIAGNOSTICS leased = ROW_COUNT;
     keyed := keyed + leased;
     candidates := NULL;
     EXIT WHEN keyed >= batch_size OR rounds >= 3;
   END LOOP;
 
-  IF keyed < batch_size THEN
-    RETURN QUERY
-    WITH next AS MATERIALIZED (
-      SELECT ready.id FROM ${t} AS ready
-      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
-        AND ready.available_at <= now()
-        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
-      ORDER BY ready.available_at, ready.id
-      LIMIT batch_size - keyed
-      FOR UPDATE SKIP LOCKED
-    )
-    UPDATE ${t} AS m SET delivered_at = now(),
-      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-    WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
-    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
-      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-      m.delivery_count, NULL::text;
-    GET DIAGNOSTICS unkeyed = ROW_COUNT;
-  END IF;
-
-  IF keyed + unkeyed = 0 THEN
-    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
-      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
-        ORDER BY available_at LIMIT 1),
-      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at <= now()
-        AND delivered_at IS NOT NULL) + lease,
-      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
-    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
-  END IF;
-END
-$claim$`
+${unkeyedFillAndNextDue(t, keys)}`
 
 /** The migrations of a table, in order, for `Migrator.make`. @internal */
 export const loader = (table: string) => {
