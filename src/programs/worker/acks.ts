@@ -72,6 +72,10 @@ export interface Acks {
   writerAwake: boolean
   /** How writes that settle messages are retried through a storage outage. */
   readonly writeRetry: Schedule.Schedule<unknown>
+  /** Background ack writes finished so far, and running now (each holds `writeLock` while it runs). */
+  writesDone: number
+  writing: number
+  readonly writeLock: Effect.Semaphore
   /**
    * How a release is retried: briefly. A release only spares its messages the wait for their lease, and it runs
    * on the way out (a limit, a shutdown): an outage must not hold the worker there for `settleTimeout`.
@@ -85,21 +89,27 @@ export const make = (
   rideOnClaims: boolean,
   settleTimeout: Duration.Duration
 ): Effect.Effect<Acks> =>
-  Effect.zipWith(Queue.sliding<void>(1), Effect.clock, (pending, clock) => ({
-    held: new Map(names.map((name) => [name, new Set<string>()])),
-    queued: new Map(names.map((name) => [name, []])),
-    since: new Map(),
-    pending,
-    urgent: false,
-    interruptWait: undefined,
-    rideOnClaims,
-    batchStartedAt: 0,
-    batchRunning: false,
-    clock,
-    writerAwake: false,
-    writeRetry: storageRetry(settleTimeout),
-    releaseRetry: storageRetry(Duration.min(settleTimeout, maxReleaseRetry))
-  }))
+  Effect.map(
+    Effect.all([Queue.sliding<void>(1), Effect.clock, Effect.makeSemaphore(1)]),
+    ([pending, clock, writeLock]) => ({
+      held: new Map(names.map((name) => [name, new Set<string>()])),
+      queued: new Map(names.map((name) => [name, []])),
+      since: new Map(),
+      pending,
+      urgent: false,
+      interruptWait: undefined,
+      rideOnClaims,
+      batchStartedAt: 0,
+      batchRunning: false,
+      clock,
+      writerAwake: false,
+      writeRetry: storageRetry(settleTimeout),
+      releaseRetry: storageRetry(Duration.min(settleTimeout, maxReleaseRetry)),
+      writesDone: 0,
+      writing: 0,
+      writeLock
+    })
+  )
 
 /** The longest a release is retried. */
 const maxReleaseRetry = Duration.seconds(2)
@@ -224,8 +234,26 @@ export const flush = (acks: Acks, transport: TransportShape, dueOnly = false) =>
     }
     const ids = take(acks, name)
     if (ids.length === 0) return Effect.void
-    return settle(acks, name, ids, transport.ack(name, ids))
+    acks.writing++
+    return acks.writeLock.withPermits(1)(settle(acks, name, ids, transport.ack(name, ids))).pipe(
+      Effect.ensuring(Effect.sync(() => {
+        acks.writing--
+        acks.writesDone++
+      }))
+    )
   }, { discard: true }).pipe(Effect.uninterruptible)
+
+/**
+ * Whether an ack was written, or is being written, since `writesDone` read `before`: a claim that found nothing
+ * meanwhile may have missed what the ack frees — an ordering key's next message becomes claimable only when the
+ * ack of the one before commits, and a claim that meets the key's row locked by the ack skips it.
+ *
+ * @internal
+ */
+export const wroteSince = (acks: Acks, before: number): boolean => acks.writing > 0 || acks.writesDone !== before
+
+/** Waits for the ack write running now, if any, to end. @internal */
+export const awaitWrites = (acks: Acks): Effect.Effect<void> => acks.writeLock.withPermits(1)(Effect.void)
 
 /** When the oldest queued ack was queued, if any is. */
 const oldestQueued = (acks: Acks): number | undefined => {

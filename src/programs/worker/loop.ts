@@ -110,6 +110,7 @@ export const run = (state: RunState) => {
         const remaining = Limits.remaining(limits)
         const size = Math.min(batchSize, remaining)
         const ahead = prefetched.get(name)
+        const writesBefore = acks.writesDone
         // Claimed rows are "in hand" until the batch takes them: an interruption in between releases them.
         const batch = yield* Effect.uninterruptibleMask((restore) =>
           Effect.map(
@@ -121,7 +122,15 @@ export const run = (state: RunState) => {
             }
           )
         )
-        if (batch.length === 0) continue
+        if (batch.length === 0) {
+          // It may have missed what an ack written meanwhile frees (an ordering key's next message): look again.
+          if (ahead === undefined && Acks.wroteSince(acks, writesBefore)) {
+            yield* Acks.awaitWrites(acks)
+            found = true
+            break
+          }
+          continue
+        }
         found = true
         // Passed over for this higher-priority transport: their claims go back to other workers.
         for (const other of session.transports.slice(session.transports.indexOf(name) + 1)) {
