@@ -10,17 +10,20 @@ import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
 /** The URL of the server's maintenance database, from the global setup. */
 export const adminUrl = (): string => inject("adminDatabaseUrl")
 
-/** Creates a fresh database on the test server and returns its URL. */
-export const createDatabase = async (prefix = "t"): Promise<string> => {
+/**
+ * Creates a fresh database on the test server — or on the server whose maintenance database `serverUrl` names (a
+ * file's `ownServer()`) — and returns its URL.
+ */
+export const createDatabase = async (prefix = "t", serverUrl = adminUrl()): Promise<string> => {
   const name = `${prefix}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`
-  const client = new pg.Client({ connectionString: adminUrl() })
+  const client = new pg.Client({ connectionString: serverUrl })
   await client.connect()
   try {
     await client.query(`CREATE DATABASE "${name}"`)
   } finally {
     await client.end()
   }
-  const url = new URL(adminUrl())
+  const url = new URL(serverUrl)
   url.pathname = `/${name}`
   return url.toString()
 }
