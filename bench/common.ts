@@ -40,6 +40,24 @@ export interface BurnDownContender {
   readonly run: (url: string, options: BurnDownOptions) => Promise<BurnDownMeasurement>
 }
 
+/** A burn-down of the ordering-keys scenario: the same messages, spread over `keys` ordering keys, or none. */
+export interface OrderedOptions extends BurnDownOptions {
+  /** Distinct keys, message n on key `k${n % keys}` (every key gets messages ÷ keys); undefined: no keys. */
+  readonly keys: number | undefined
+}
+
+export interface OrderedContender {
+  readonly id: string
+  readonly label: string
+  /** How it runs, and how it keeps a key's messages in order. */
+  readonly settings: string
+  /** Sets up its schema on the fresh database, seeds (keyed or not), settles, then runs the timed burn-down. */
+  readonly run: (url: string, options: OrderedOptions) => Promise<BurnDownMeasurement>
+}
+
+/** The ordering key of message `n` over `keys` keys (round-robin). */
+export const keyOf = (n: number, keys: number) => `k${n % keys}`
+
 export interface DispatchOptions {
   readonly producers: number
   readonly warmupMs: number
@@ -53,6 +71,8 @@ export interface DispatchContender {
   readonly id: string
   readonly label: string
   readonly enqueueCall: string
+  /** Every message is dispatched with an ordering key (the business row's, `keyOfRow`). */
+  readonly keyed: boolean
   /** Sets up its schema, then runs the producers; returns transactions per second. */
   readonly run: (url: string, options: DispatchOptions) => Promise<number>
 }
@@ -66,6 +86,8 @@ export const businessTableSql = (producers: number) => [
 ]
 export const businessUpdateSql = "UPDATE bench_accounts SET balance = balance + 1, updated_at = now() WHERE id = $1"
 export const businessRow = (producer: number, i: number) => producer * rowsPerProducer + (i % rowsPerProducer) + 1
+/** The ordering key of the keyed dispatch contenders: one per business row (the aggregate the transaction updates). */
+export const keyOfRow = (id: number) => `account-${id}`
 
 /**
  * A first-handler-call / completion clock: `start()` is called by every handler invocation (only the

@@ -2,6 +2,9 @@
  * graphile-worker: its defaults, and the fast settings of its own performance test
  * (perfTest/graphile.config.js: 24 concurrent jobs, pool 25, local queue of 500 with a 10 ms refetch
  * delay, batched completes and fails).
+ *
+ * Ordering keys: its named queues (`queue_name` of `add_job`/`add_jobs`): the jobs of one queue run one at a time
+ * (the queue is locked while one of its jobs runs), in `run_at` order.
  */
 import { Logger, run, runMigrations, type TaskList } from "graphile-worker"
 import pg from "pg"
@@ -13,6 +16,8 @@ import {
   capped,
   clock,
   type DispatchContender,
+  keyOfRow,
+  type OrderedContender,
   peerQueue,
   runProducers
 } from "./common.js"
@@ -34,14 +39,21 @@ export const fastSettings =
 
 export const setup = (url: string): Promise<void> => runMigrations({ connectionString: url, logger })
 
-/** Pre-inserts jobs `from..to` with `add_jobs` (what graphile's own perf test uses), 50 000 per call. */
-export const seed = (url: string, from: number, to: number): Promise<void> =>
+/**
+ * Pre-inserts jobs `from..to` with `add_jobs` (what graphile's own perf test uses), 50 000 per call; with `keys`,
+ * job n in the named queue `k${n % keys}` with a `run_at` in the order of n (a bulk insert otherwise gives its jobs
+ * one `run_at`, and a queue's jobs run in `run_at` order), all of them due.
+ */
+export const seed = (url: string, from: number, to: number, keys?: number): Promise<void> =>
   withClient(url, async (client) => {
+    const queueName = keys === undefined ? "NULL" : `'k' || (g % ${keys})` // keyOf
+    const runAt = keys === undefined ? "NULL" : `now() - (${to} - g + 1) * interval '1 microsecond'`
     for (let lo = from; lo <= to; lo += 50_000) {
       const hi = Math.min(to, lo + 49_999)
       await client.query(
         `SELECT graphile_worker.add_jobs(array(
-           SELECT ROW($3::text, json_build_object('n', g), NULL, NULL, NULL, NULL, NULL, NULL)::graphile_worker.job_spec
+           SELECT ROW($3::text, json_build_object('n', g), ${queueName}, ${runAt}, NULL, NULL, NULL, NULL)
+             ::graphile_worker.job_spec
            FROM generate_series($1::int, $2::int) AS g))`,
         [lo, hi, peerQueue]
       )
@@ -56,6 +68,8 @@ export const consume = async (
   url: string,
   options: {
     readonly fast: boolean
+    /** Overrides its poll interval (default 2 s). */
+    readonly pollInterval?: number
     readonly total: number
     readonly capMs: number
     readonly onHandled?: (handled: number) => void
@@ -78,7 +92,12 @@ export const consume = async (
     logger,
     noHandleSignals: true,
     taskList,
-    preset: { worker: options.fast ? { ...fastPreset } : {} }
+    preset: {
+      worker: {
+        ...(options.fast ? fastPreset : {}),
+        ...(options.pollInterval === undefined ? {} : { pollInterval: options.pollInterval })
+      }
+    }
   })
   const wasCapped = await capped(done, options.capMs)
   await runner.stop()
@@ -99,10 +118,43 @@ export const burnDown = (fast: boolean): BurnDownContender => ({
   }
 })
 
-export const dispatch: DispatchContender = {
+/**
+ * The poll interval of the ordering-keys burn-down (default 2 s): a fetch hands out one job per named queue, so with
+ * fewer free queues than its local queue's size it comes back short, and the next one waits for the poll interval
+ * (10 queues at the default: 5 jobs/s). 10 ms, its refetch delay (the least it accepts).
+ */
+export const namedQueuesPollInterval = 10
+
+/** The ordering-keys burn-down: a named queue per key with keys, no queue without; fast settings. */
+export const orderedBurnDown: OrderedContender = {
   id: "graphile",
   label: "graphile-worker",
-  enqueueCall: "`SELECT graphile_worker.add_job('bench', json_build_object('n', $1))` in the same pg transaction",
+  settings:
+    `keys: a named queue per key (\`queue_name\` of \`add_jobs\`), \`run_at\` in insertion order; no keys: no ` +
+    `queue; ${fastSettings}, pollInterval ${namedQueuesPollInterval} ms`,
+  run: async (url, options) => {
+    await setup(url)
+    await seed(url, 1, options.messages, options.keys)
+    await options.settle()
+    const time = clock()
+    const result = await consume(url, {
+      fast: true,
+      pollInterval: namedQueuesPollInterval,
+      total: options.messages,
+      capMs: options.capMs,
+      onHandled: time.start
+    })
+    return { handled: result.handled, seconds: time.seconds(), capped: result.capped }
+  }
+}
+
+const dispatchOf = (keyed: boolean): DispatchContender => ({
+  id: keyed ? "graphile-keyed" : "graphile",
+  label: keyed ? "graphile-worker, named queue" : "graphile-worker",
+  enqueueCall: keyed
+    ? "`SELECT graphile_worker.add_job('bench', json_build_object('n', $1), 'account-' || $1)` (its `queue_name`)"
+    : "`SELECT graphile_worker.add_job('bench', json_build_object('n', $1))` in the same pg transaction",
+  keyed,
   run: async (url, options) => {
     await setup(url)
     await options.settle()
@@ -116,7 +168,15 @@ export const dispatch: DispatchContender = {
           await client.query("BEGIN")
           await client.query(businessUpdateSql, [id])
           if (options.enqueue) {
-            await client.query("SELECT graphile_worker.add_job($1, json_build_object('n', $2::int))", [peerQueue, id])
+            if (keyed) {
+              await client.query("SELECT graphile_worker.add_job($1, json_build_object('n', $2::int), $3::text)", [
+                peerQueue,
+                id,
+                keyOfRow(id)
+              ])
+            } else {
+              await client.query("SELECT graphile_worker.add_job($1, json_build_object('n', $2::int))", [peerQueue, id])
+            }
           }
           await client.query("COMMIT")
         } finally {
@@ -127,4 +187,9 @@ export const dispatch: DispatchContender = {
       await pool.end()
     }
   }
-}
+})
+
+export const dispatch = dispatchOf(false)
+
+/** The same with a named queue per business row. */
+export const keyedDispatch = dispatchOf(true)

@@ -2,11 +2,12 @@
  * `npm run bench`: effect-outbox against graphile-worker, pg-boss and the raw-SQL limit, on one
  * PostgreSQL, one contender after the other, each on a fresh database.
  *
- * Scenarios: burn-down (pre-inserted messages, no-op handler, one process), dispatch cost (producers
- * running a business transaction with and without the enqueue), memory (worker RSS in a child
- * process), latency (commit → handler start on an idle worker, and delayed messages: due → handler
- * start) and recovery (SIGKILL of a worker holding messages → redelivery by an idle rival). Prints the tables; unless `--no-write`, regenerates BENCHMARKS.md's results section and
- * bench/burn-down.svg. `--help` lists the options.
+ * Scenarios: burn-down (pre-inserted messages, no-op handler, one process), ordered (the same burn-down over
+ * ordering keys, against the peers' per-key ordering), dispatch cost (producers running a business transaction
+ * with and without the enqueue, with and without an ordering key), memory (worker RSS in a child process), latency
+ * (commit → handler start on an idle worker, and delayed messages: due → handler start) and recovery (SIGKILL of a
+ * worker holding messages → redelivery by an idle rival). Prints the tables; unless `--no-write`, regenerates
+ * BENCHMARKS.md's results section and bench/burn-down.svg. `--help` lists the options.
  */
 import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -18,8 +19,10 @@ import {
   type BurnDownContender,
   businessTableSql,
   type DispatchContender,
+  type OrderedContender,
   requireCurrentNode,
   root,
+  rowsPerProducer,
   tsNodeArgs,
   withDeadline
 } from "./common.js"
@@ -48,6 +51,7 @@ interface Options {
   readonly warmupMessages: number
   readonly capSeconds: number
   readonly batchSize: number
+  readonly keys: ReadonlyArray<number>
   readonly producers: number
   readonly dispatchSeconds: number
   readonly dispatchWarmupSeconds: number
@@ -71,14 +75,18 @@ const usage = `npm run bench -- [options]
   --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
-  --scenarios LIST        burn-down,dispatch,memory,latency,recovery (default: all)
-  --only IDS              contenders to run, by id (e.g. ours-500,raw; latency: ours, graphile-default,
-                          ours-own-process, graphile-default-own-process (the producer in a process of its
-                          own), or with a latency- prefix; recovery: ours or recovery-ours)
+  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery (default: all)
+  --only IDS              contenders to run, by id (e.g. ours-500,raw; ordered: ours, pgboss, graphile, or with
+                          an ordered- prefix; dispatch: ours, ours-keyed, graphile, graphile-keyed, pgboss,
+                          pgboss-keyed; latency: ours, graphile-default, ours-own-process,
+                          graphile-default-own-process (the producer in a process of its own), or with a
+                          latency- prefix; recovery: ours or recovery-ours)
   --rounds N              rounds per figure (default 3; quick 1)
   --messages N            burn-down messages (default 50000; quick 500)
-  --cap S                 time cap of one burn-down round in seconds (default 10)
-  --batch-size N          our batch and the raw limit's (default 500)
+  --cap S                 time cap of one burn-down round in seconds (default 10; ordered too)
+  --batch-size N          our batch and the raw limit's (default 500; ordered too)
+  --keys LIST             ordered: the ordering-key counts, each against the same messages without keys
+                          (default 10,1000,50000; quick 10,1000)
   --producers N           dispatch producers (default 8)
   --dispatch-seconds S    dispatch measurement window per round (default 2; quick 0.3)
   --memory-first N        first RSS sample (default 10000; quick 200)
@@ -122,6 +130,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     "messages",
     "cap",
     "batch-size",
+    "keys",
     "producers",
     "dispatch-seconds",
     "memory-first",
@@ -150,6 +159,11 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     const raw = values.get(name)
     return raw === undefined ? undefined : new Set(raw.split(",").map((s) => s.trim()).filter((s) => s !== ""))
   }
+  const keys = Array.from(list("keys") ?? (quick ? ["10", "1000"] : ["10", "1000", "50000"]), Number)
+  keys.sort((a, b) => a - b)
+  if (keys.length === 0 || keys.some((k) => !Number.isInteger(k) || k <= 0)) {
+    throw new Error("--keys must list positive integers")
+  }
   const memoryTotal = Math.floor(num("memory-total", 500_000, 2_000))
   const latencyMessages = Math.max(1, Math.floor(num("latency-messages", 1_000, 50)))
   return {
@@ -157,13 +171,14 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     write: !flags.has("no-write"),
     json: flags.has("json"),
     noFsync: flags.has("no-fsync"),
-    scenarios: list("scenarios") ?? new Set(["burn-down", "dispatch", "memory", "latency", "recovery"]),
+    scenarios: list("scenarios") ?? new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery"]),
     only: list("only"),
     rounds: Math.floor(num("rounds", 3, 1)),
     messages: Math.floor(num("messages", 50_000, 500)),
     warmupMessages: quick ? 0 : 2_000,
     capSeconds: num("cap", 10, 10),
     batchSize: Math.floor(num("batch-size", 500, 500)),
+    keys,
     producers: Math.floor(num("producers", 8, 8)),
     dispatchSeconds: num("dispatch-seconds", 2, 0.3),
     dispatchWarmupSeconds: quick ? 0.1 : 0.5,
@@ -194,10 +209,22 @@ interface BurnDownResult {
   readonly capped: boolean
 }
 
+interface OrderedResult {
+  readonly id: string
+  readonly label: string
+  readonly settings: string
+  /** The ordering keys the messages were spread over; null: none. */
+  readonly keys: number | null
+  readonly rates: Summary
+  readonly handled: ReadonlyArray<number>
+  readonly capped: boolean
+}
+
 interface DispatchResult {
   readonly id: string
   readonly label: string
   readonly enqueueCall: string
+  readonly keyed: boolean
   readonly without: Summary
   readonly with: Summary
   /** Median over rounds of (with ÷ without) of the same round. */
@@ -313,7 +340,80 @@ const runBurnDown = async (cluster: Cluster, o: Options): Promise<Array<BurnDown
   }))
 }
 
-const dispatchContenders: ReadonlyArray<DispatchContender> = [Ours.dispatch, Graphile.dispatch, PgBoss.dispatch]
+/** The ordering-keys burn-down's concurrency of ours: 8 handlers (a claim hands out one message per key). */
+const orderedConcurrency = 8
+
+/** The key count of the warm-up runs of the ordering-keys burn-down (besides one without keys). */
+const orderedWarmupKeys = 100
+
+const orderedContenders = (o: Options): Array<OrderedContender> => [
+  Ours.orderedBurnDown(o.batchSize, orderedConcurrency),
+  PgBoss.orderedBurnDown(o.pgbossWorkers),
+  Graphile.orderedBurnDown
+]
+
+const runOrdered = async (cluster: Cluster, o: Options): Promise<Array<OrderedResult>> => {
+  const contenders = orderedContenders(o).filter((c) => selected(o, "ordered", c.id))
+  const keyCounts: ReadonlyArray<number | undefined> = [undefined, ...o.keys]
+  const runs = contenders.flatMap((c) => keyCounts.map((keys) => ({ c, keys, name: `${c.id}/${keys ?? "none"}` })))
+  const rates = new Map<string, Array<number>>(runs.map((r) => [r.name, []]))
+  const handled = new Map<string, Array<number>>(runs.map((r) => [r.name, []]))
+  const cappedRuns = new Set<string>()
+  const once = async (c: OrderedContender, keys: number | undefined, messages: number) => {
+    const db = await freshDatabase(cluster.adminUrl, `${c.id}_ordered`)
+    try {
+      return await withDeadline(
+        c.run(db.url, { messages, keys, capMs: o.capSeconds * 1000, settle: () => settle(db.url) }),
+        o.capSeconds * 1000 + 120_000,
+        `ordered burn-down of ${c.id} over ${keys ?? "no"} keys`
+      )
+    } finally {
+      await db.drop()
+    }
+  }
+  if (o.warmupMessages > 0) {
+    log(
+      `ordered: warm-up (${o.warmupMessages} messages each, without keys and over ${orderedWarmupKeys}; not measured)`
+    )
+    for (const c of contenders) {
+      await once(c, undefined, o.warmupMessages)
+      await once(c, orderedWarmupKeys, o.warmupMessages)
+    }
+  }
+  for (let round = 0; round < o.rounds; round++) {
+    // Rotate the order each round, as the burn-down does.
+    const order = runs.map((_, i) => runs[(i + round * keyCounts.length) % runs.length]!)
+    for (const r of order) {
+      const m = await once(r.c, r.keys, o.messages)
+      const perSecond = m.seconds > 0 ? m.handled / m.seconds : Number.NaN
+      rates.get(r.name)!.push(perSecond)
+      handled.get(r.name)!.push(m.handled)
+      if (m.capped) cappedRuns.add(r.name)
+      log(
+        `ordered round ${round + 1}/${o.rounds}  ${r.name.padEnd(16)} ${rate(perSecond).padStart(8)} msg/s` +
+          `  (${m.handled} in ${m.seconds.toFixed(2)} s${m.capped ? `, capped at ${o.capSeconds} s` : ""})`
+      )
+    }
+  }
+  return runs.map((r) => ({
+    id: r.c.id,
+    label: r.c.label,
+    settings: r.c.settings,
+    keys: r.keys ?? null,
+    rates: summarize(rates.get(r.name)!),
+    handled: handled.get(r.name)!,
+    capped: cappedRuns.has(r.name)
+  }))
+}
+
+const dispatchContenders: ReadonlyArray<DispatchContender> = [
+  Ours.dispatch,
+  Ours.keyedDispatch,
+  Graphile.dispatch,
+  Graphile.keyedDispatch,
+  PgBoss.dispatch,
+  PgBoss.keyedDispatch
+]
 
 const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<DispatchResult>> => {
   const contenders = dispatchContenders.filter((c) => o.only === undefined || o.only.has(c.id))
@@ -341,7 +441,7 @@ const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<Dispatch
           )
           results.get(c.id)![enqueue ? "with" : "without"].push(tps)
           log(
-            `dispatch round ${round + 1}/${o.rounds}  ${c.id.padEnd(9)} ${
+            `dispatch round ${round + 1}/${o.rounds}  ${c.id.padEnd(14)} ${
               enqueue ? "with enqueue   " : "without enqueue"
             } ${rate(tps).padStart(8)} tx/s`
           )
@@ -357,6 +457,7 @@ const runDispatch = async (cluster: Cluster, o: Options): Promise<Array<Dispatch
       id: c.id,
       label: c.label,
       enqueueCall: c.enqueueCall,
+      keyed: c.keyed,
       without: summarize(r.without),
       with: summarize(r.with),
       ratio: summarize(r.with.map((w, i) => w / r.without[i]!))
@@ -671,8 +772,41 @@ const burnDownTable = (results: ReadonlyArray<BurnDownResult>, o: Options): stri
   )
 }
 
+/** "a", "a and b", "a, b and c". */
+const listed = (items: ReadonlyArray<string>) =>
+  items.length <= 1 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`
+
+const keysLabel = (keys: number | null) => (keys === null ? "none" : count(keys))
+
+const orderedTable = (results: ReadonlyArray<OrderedResult>, o: Options): string => {
+  const find = (id: string, keys: number | null) => results.find((r) => r.id === id && r.keys === keys)
+  const byKeys = [null, ...o.keys].flatMap((keys) => results.filter((r) => r.keys === keys))
+  return table(
+    ["keys", "contender", "msg/s (median)", "min – max", "÷ without keys", "ours ÷ this", "note"],
+    byKeys.map((r) => {
+      const unordered = find(r.id, null)
+      const ours = find("ours", r.keys)
+      return [
+        keysLabel(r.keys),
+        r.label,
+        rate(r.rates.median),
+        spread(r.rates, rate),
+        unordered === undefined || r === unordered ? "" : (r.rates.median / unordered.rates.median).toFixed(3),
+        ours === undefined || r === ours ? "" : ratio(ours.rates.median / r.rates.median),
+        r.capped
+          ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${
+            count(o.messages)
+          } handled`
+          : ""
+      ]
+    }),
+    ["r", "l", "r", "r", "r", "r", "l"]
+  )
+}
+
 const dispatchTable = (results: ReadonlyArray<DispatchResult>): string => {
-  const ours = results.find((r) => r.id === "ours")
+  // A keyed contender against ours keyed, an unkeyed one against ours.
+  const oursOf = (r: DispatchResult) => results.find((x) => x.id.startsWith("ours") && x.keyed === r.keyed)
   return table(
     [
       "contender",
@@ -684,16 +818,19 @@ const dispatchTable = (results: ReadonlyArray<DispatchResult>): string => {
       "min – max",
       "ours ÷ this (with enqueue)"
     ],
-    results.map((r) => [
-      r.label,
-      rate(r.without.median),
-      spread(r.without, rate),
-      rate(r.with.median),
-      spread(r.with, rate),
-      r.ratio.median.toFixed(3),
-      spread(r.ratio, (n) => n.toFixed(3)),
-      ours === undefined || r === ours ? "" : ratio(ours.with.median / r.with.median)
-    ]),
+    results.map((r) => {
+      const ours = oursOf(r)
+      return [
+        r.label,
+        rate(r.without.median),
+        spread(r.without, rate),
+        rate(r.with.median),
+        spread(r.with, rate),
+        r.ratio.median.toFixed(3),
+        spread(r.ratio, (n) => n.toFixed(3)),
+        ours === undefined || r === ours ? "" : ratio(ours.with.median / r.with.median)
+      ]
+    }),
     ["l", "r", "r", "r", "r", "r", "r", "r"]
   )
 }
@@ -796,6 +933,7 @@ const recoveryTable = (r: RecoveryResult): string =>
 
 const targets = (
   burnDown: ReadonlyArray<BurnDownResult> | undefined,
+  ordered: ReadonlyArray<OrderedResult> | undefined,
   dispatch: ReadonlyArray<DispatchResult> | undefined,
   memory: ReadonlyArray<MemoryResult> | undefined,
   latency: ReadonlyArray<LatencyResult> | undefined,
@@ -820,6 +958,35 @@ const targets = (
   if (ours && raw) {
     const v = ours.rates.median / raw.rates.median
     out.push({ name: "burn-down: ours ÷ raw-SQL limit", value: ratio(v), goal: "≥ 0.85×", met: v >= 0.85 })
+  }
+  // Ordering keys, with enough keys not to bound the parallelism (≥ 1 000): half the unordered rate or more, and
+  // ahead of both peers' per-key ordering.
+  const keyed = (id: string, keys: number | null) => ordered?.find((r) => r.id === id && r.keys === keys)
+  const unordered = keyed("ours", null)
+  for (const keys of o.keys.filter((k) => k >= 1000)) {
+    const ours = keyed("ours", keys)
+    if (ours === undefined) continue
+    if (unordered) {
+      const v = ours.rates.median / unordered.rates.median
+      out.push({
+        name: `ordering keys: ours over ${count(keys)} keys ÷ ours without keys`,
+        value: v.toFixed(3),
+        goal: "≥ 0.50",
+        met: v >= 0.5
+      })
+    }
+    const peers = [["pgboss", "pg-boss key_strict_fifo"], ["graphile", "graphile-worker named queues"]] as const
+    for (const [id, what] of peers) {
+      const peer = keyed(id, keys)
+      if (peer === undefined) continue
+      const v = ours.rates.median / peer.rates.median
+      out.push({
+        name: `ordering keys: ours ÷ ${what}, ${count(keys)} keys`,
+        value: ratio(v),
+        goal: "> 1×",
+        met: v > 1
+      })
+    }
   }
   const d = find(dispatch, "ours")
   if (d) {
@@ -957,13 +1124,14 @@ const main = async () => {
     if (!verified.shapeOk) log("WARNING: the seeding SQL of bench/ours.ts no longer writes what Outbox.dispatch writes")
 
     const burnDown = o.scenarios.has("burn-down") ? await runBurnDown(cluster, o) : undefined
+    const ordered = o.scenarios.has("ordered") ? await runOrdered(cluster, o) : undefined
     const dispatch = o.scenarios.has("dispatch") ? await runDispatch(cluster, o) : undefined
     const memory = o.scenarios.has("memory") ? await runMemory(cluster, o) : undefined
     const latencyRun = o.scenarios.has("latency") ? await runLatency(cluster, o) : undefined
     const latency = latencyRun?.latency
     const delayed = latencyRun?.delayed
     const recovery = o.scenarios.has("recovery") ? await runRecovery(cluster, o) : undefined
-    const ts = targets(burnDown, dispatch, memory, latency, delayed, recovery, o)
+    const ts = targets(burnDown, ordered, dispatch, memory, latency, delayed, recovery, o)
     const elapsed = (performance.now() - began) / 1000
 
     const versions: Record<string, string> = {
@@ -1003,10 +1171,36 @@ const main = async () => {
           burnDownTable(burnDown, o)
       )
     }
+    if (ordered) {
+      const settingsOf = Array.from(new Map(ordered.map((r) => [r.id, `${r.label}: ${r.settings}`])).values())
+      sections.push(
+        `### Ordering keys\n\n${o.messages.toLocaleString("en-US")} pre-inserted messages spread round-robin over ` +
+          `${listed(o.keys.map(count))} ordering keys (message *n* on key \`k\`*n* mod *keys*), each against the ` +
+          `same messages without keys; no-op handler, one process; ${o.rounds} round${
+            o.rounds > 1 ? "s" : ""
+          } per figure, each on a fresh database; a round is capped at ${o.capSeconds} s. A key's messages are ` +
+          `handled one at a time, in order, by every contender: with few keys the keys bound the parallelism (${
+            count(o.keys[0]!)
+          } keys: at most ${count(o.keys[0]!)} messages in flight). ${
+            o.warmupMessages > 0
+              ? `Each contender first runs ${count(o.warmupMessages)} messages without keys and over ${
+                count(orderedWarmupKeys)
+              } keys (not measured, JIT warm-up). `
+              : ""
+          }"÷ without keys" is the contender's own rate without keys.\n\n` +
+          orderedTable(ordered, o) +
+          "\n\nSettings: " +
+          settingsOf.join("; ") +
+          "."
+      )
+    }
     if (dispatch) {
       sections.push(
         `### Dispatch cost\n\n${o.producers} concurrent producers, each transaction \`UPDATE\`s one business row ` +
           `(its own rows, no lock waits) and enqueues one message, against the same transaction without the enqueue; ` +
+          `the keyed contenders enqueue with a key per business row (${
+            count(o.producers * rowsPerProducer)
+          } keys, each producer its own, so no producer waits for another's key); ` +
           `${o.dispatchSeconds} s measured after ${o.dispatchWarmupSeconds} s warm-up, ${o.rounds} round${
             o.rounds > 1 ? "s" : ""
           }.\n\n` +
@@ -1120,6 +1314,7 @@ const main = async () => {
             statementsMatch,
             shapeOk: verified.shapeOk,
             burnDown,
+            ordered,
             dispatch,
             memory,
             latency,

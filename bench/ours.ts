@@ -13,6 +13,7 @@ import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import pg from "pg"
+import * as Message from "../src/domain/Message.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as Worker from "../src/programs/worker/Worker.js"
@@ -26,6 +27,9 @@ import {
   businessUpdateSql,
   clock,
   type DispatchContender,
+  keyOf,
+  keyOfRow,
+  type OrderedContender,
   queue,
   runProducers,
   table
@@ -46,12 +50,18 @@ export const stack = (url: string, options: { readonly maxConnections: number; r
   )
 }
 
-/** Creates the table with the transport's own migrations (`transport.setup`). */
+/**
+ * Creates the table with the transport's own migrations (`transport.setup`). UNKEYED_INDEX=off drops the partial
+ * index of unkeyed rows afterwards (to measure what maintaining it costs a dispatch; claims need it).
+ */
 export const setup = (url: string): Promise<void> =>
   Effect.runPromise(
     Effect.gen(function*() {
       const transport = yield* PgTransport.make({ table })
       yield* transport.setup
+      if (process.env["UNKEYED_INDEX"] === "off") {
+        yield* (yield* SqlClient.SqlClient).unsafe(`DROP INDEX "${table}_unkeyed_idx"`)
+      }
     }).pipe(
       Effect.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })),
       Effect.scoped,
@@ -84,10 +94,45 @@ export const seed = (url: string, from: number, to: number): Promise<void> =>
     }
   })
 
+/** A `BenchNoop` whose class derives its ordering key (`Message.orderingKey`): its body and handler are BenchNoop's. */
+class KeyedBenchNoop extends BenchNoop {
+  constructor(n: number, readonly key: string) {
+    super({ n })
+  }
+  [Message.orderingKey]() {
+    return this.key
+  }
+}
+
+/**
+ * Dispatches messages `1..messages` through the library, `dispatchAll` in transactions of 1 000 (one send
+ * statement each); with `keys`, message n on key `k${n % keys}` (derived by its class, so that one call carries many
+ * keys), in the order of n.
+ */
+export const seedDispatched = (url: string, messages: number, keys: number | undefined): Promise<void> =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const outbox = yield* Outbox.Outbox
+      for (let lo = 1; lo <= messages; lo += 1_000) {
+        const batch: Array<BenchNoop> = []
+        for (let n = lo; n <= Math.min(messages, lo + 999); n++) {
+          batch.push(keys === undefined ? new BenchNoop({ n }) : new KeyedBenchNoop(n, keyOf(n, keys)))
+        }
+        yield* sql.withTransaction(outbox.dispatchAll(batch))
+      }
+    }).pipe(Effect.provide(stack(url, { maxConnections: 1 })), quiet)
+  )
+
 /** Consumes until the queue is empty (or the cap): the timed part of our burn-down. */
 export const consume = (
   url: string,
-  options: { readonly batchSize: number; readonly capMs: number; readonly onHandled?: () => void }
+  options: {
+    readonly batchSize: number
+    readonly concurrency?: number
+    readonly capMs: number
+    readonly onHandled?: () => void
+  }
 ): Promise<{ readonly handled: number; readonly capped: boolean }> => {
   let handled = 0
   const layer = stack(url, {
@@ -105,6 +150,7 @@ export const consume = (
       const result = yield* Worker.run({
         transports: [queue],
         batchSize: options.batchSize,
+        ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
         stopWhenEmpty: true,
         ...metrics
       }).pipe(
@@ -130,10 +176,36 @@ export const burnDown = (batchSize: number, label: string, settings: string): Bu
   }
 })
 
-export const dispatch: DispatchContender = {
+/**
+ * The ordering-keys burn-down: the messages dispatched with or without keys (`seedDispatched`), then consumed by
+ * one worker with `concurrency` handlers.
+ */
+export const orderedBurnDown = (batchSize: number, concurrency: number): OrderedContender => ({
   id: "ours",
   label: "effect-outbox",
-  enqueueCall: "`Outbox.dispatch(new BenchNoop({ n }))` inside `sql.withTransaction`",
+  settings: `\`Worker.run\` batchSize ${batchSize}, concurrency ${concurrency}, with and without keys; seeded with ` +
+    "`Outbox.dispatchAll` in transactions of 1 000, each message's key derived by its class (`Message.orderingKey`)",
+  run: async (url, options) => {
+    await setup(url)
+    await seedDispatched(url, options.messages, options.keys)
+    await options.settle()
+    const time = clock()
+    const result = await consume(url, { batchSize, concurrency, capMs: options.capMs, onHandled: time.start })
+    if (!result.capped && result.handled < options.messages) {
+      throw new Error(`the worker stopped with ${options.messages - result.handled} messages left`)
+    }
+    return { handled: result.handled, seconds: time.seconds(), capped: result.capped }
+  }
+})
+
+const dispatchOf = (keyed: boolean): DispatchContender => ({
+  id: keyed ? "ours-keyed" : "ours",
+  label: keyed ? "effect-outbox, ordering key" : "effect-outbox",
+  enqueueCall: keyed
+    ? "`Outbox.dispatch(new BenchNoop({ n }), { orderingKey: \"account-\" + n })` inside `sql.withTransaction` " +
+      "(a key per business row)"
+    : "`Outbox.dispatch(new BenchNoop({ n }))` inside `sql.withTransaction`",
+  keyed,
   run: async (url, options) => {
     await setup(url)
     await options.settle()
@@ -145,7 +217,9 @@ export const dispatch: DispatchContender = {
           const id = businessRow(producer, i)
           yield* sql.withTransaction(Effect.gen(function*() {
             yield* sql.unsafe(businessUpdateSql, [id])
-            if (options.enqueue) yield* Outbox.dispatch(new BenchNoop({ n: id }))
+            if (options.enqueue) {
+              yield* Outbox.dispatch(new BenchNoop({ n: id }), keyed ? { orderingKey: keyOfRow(id) } : undefined)
+            }
           }))
         })
       await runtime.runPromise(Effect.void) // build the layer (pool, first connection) before the clock
@@ -154,7 +228,12 @@ export const dispatch: DispatchContender = {
       await runtime.dispose()
     }
   }
-}
+})
+
+export const dispatch = dispatchOf(false)
+
+/** The same with an ordering key per business row: the dispatch also takes the key's place (under its row lock). */
+export const keyedDispatch = dispatchOf(true)
 
 /**
  * Runs a tiny real round trip through the library while recording every statement text that reaches

@@ -2,8 +2,8 @@
  * `npm run bench:smoke`: the benchmark's smoke mode, so that the benchmark cannot rot. Runs
  * `bench/main.ts --quick --no-write --json` on the library as it ships (the compiled dist/, through
  * bench/compiled-library.mjs; `npm run bench:smoke` builds it first) and checks its output: every contender
- * runs and prints a positive figure, the raw-SQL contender still runs the transport's own statements, and the
- * tables name every contender. It never rewrites BENCHMARKS.md (`--no-write`). Then a small run of
+ * runs and prints a positive figure (the ordering-keys burn-down: every contender over every key count), the raw-SQL
+ * contender still runs the transport's own statements, and the tables name every contender. It never rewrites BENCHMARKS.md (`--no-write`). Then a small run of
  * `bench/observability.ts` (every configuration prints a positive rate).
  *
  * The benchmark starts its own embedded PostgreSQL, unless DATABASE_URL names a server (a role that may create
@@ -33,6 +33,9 @@ interface BenchJson {
   readonly statementsMatch: boolean
   readonly shapeOk: boolean
   readonly burnDown: ReadonlyArray<{ readonly id: string; readonly label: string; readonly rates: Figure }>
+  readonly ordered: ReadonlyArray<
+    { readonly id: string; readonly label: string; readonly keys: number | null; readonly rates: Figure }
+  >
   readonly dispatch: ReadonlyArray<
     { readonly id: string; readonly label: string; readonly with: Figure; readonly without: Figure }
   >
@@ -117,7 +120,25 @@ const checkResult = (result: BenchJson, stdout: string) => {
   )
   for (const r of result.burnDown) check(r.rates.median > 0, `burn-down ${r.id}: rate ${r.rates.median}, expected > 0`)
 
-  sameIds(result.dispatch, ["graphile", "ours", "pgboss"], "dispatch")
+  // Without keys and over the quick run's key counts (10 and 1 000).
+  const keyCounts = [null, 10, 1000]
+  for (const id of ["graphile", "ours", "pgboss"]) {
+    const runs = result.ordered.filter((r) => r.id === id)
+    check(
+      JSON.stringify(runs.map((r) => r.keys)) === JSON.stringify(keyCounts),
+      `ordered ${id}: key counts ${JSON.stringify(runs.map((r) => r.keys))}, expected ${JSON.stringify(keyCounts)}`
+    )
+  }
+  check(result.ordered.length === 9, `ordered: ${result.ordered.length} runs, expected 9`)
+  for (const r of result.ordered) {
+    check(r.rates.median > 0, `ordered ${r.id} over ${r.keys ?? "no"} keys: rate ${r.rates.median}, expected > 0`)
+  }
+
+  sameIds(
+    result.dispatch,
+    ["graphile", "graphile-keyed", "ours", "ours-keyed", "pgboss", "pgboss-keyed"],
+    "dispatch"
+  )
   for (const r of result.dispatch) {
     check(r.with.median > 0, `dispatch ${r.id}: with ${r.with.median}, expected > 0`)
     check(r.without.median > 0, `dispatch ${r.id}: without ${r.without.median}, expected > 0`)
@@ -153,14 +174,25 @@ const checkResult = (result: BenchJson, stdout: string) => {
     check(ms < result.recovery.leaseMs * 5, `recovery: redelivered after ${ms} ms, expected < 5 leases`)
   }
 
-  check(result.targets.length === 12, `targets: ${result.targets.length}, expected 12`)
+  // 12, and 3 of the ordering keys over 1 000 keys (against ours without keys, pg-boss and graphile-worker).
+  check(result.targets.length === 15, `targets: ${result.targets.length}, expected 15`)
 
   // The printed tables name every contender.
-  for (const label of [...result.burnDown, ...result.dispatch, ...result.latency].map((r) => r.label)) {
+  for (
+    const label of [...result.burnDown, ...result.ordered, ...result.dispatch, ...result.latency].map((r) => r.label)
+  ) {
     check(stdout.includes(`| ${label}`), `the tables do not name ${label}`)
   }
   for (
-    const heading of ["### Burn-down", "### Dispatch cost", "### Memory", "### Latency", "### Recovery", "### Targets"]
+    const heading of [
+      "### Burn-down",
+      "### Ordering keys",
+      "### Dispatch cost",
+      "### Memory",
+      "### Latency",
+      "### Recovery",
+      "### Targets"
+    ]
   ) {
     check(stdout.includes(heading), `the output has no "${heading}" table`)
   }
