@@ -179,7 +179,10 @@ export const make = (
     const send: TransportShape["send"] = (name, messages) =>
       Effect.flatMap(lookup(name), (transport) => {
         if (messages.length === 0) return Effect.void
-        const statement = messages.some((m) => m.orderingKey !== undefined)
+        const first = messages[0]!
+        const statement = messages.length === 1 && first.orderingKey !== undefined
+          ? statements.insertOneKeyed(transport.queueName, { ...first, orderingKey: first.orderingKey })
+          : messages.some((m) => m.orderingKey !== undefined)
           ? statements.insertKeyed(transport.queueName, messages)
           : messages.length === 1
           ? statements.insertOne(transport.queueName, messages[0]!)

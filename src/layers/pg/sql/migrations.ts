@@ -357,13 +357,16 @@ BEGIN
       FOR UPDATE SKIP LOCKED
     ) AS a;
     -- An acked key this claim does not take is due at once, for the next claimer — unless another claimer holds
-    -- it, which settles it as it does any key it holds (waiting for it could deadlock on the acked row).
-    UPDATE ${keys} AS k SET due_at = now()
-    WHERE k.queue_name = queue AND k.ordering_key IN (
-      SELECT r.ordering_key FROM ${keys} AS r
-      WHERE r.queue_name = queue AND r.ordering_key = ANY(acked_keys)
-        AND NOT r.ordering_key = ANY(coalesce(candidates, '{}'))
-      FOR UPDATE SKIP LOCKED);
+    -- it, which settles it as it does any key it holds (waiting for it could deadlock on the acked row). Usually
+    -- every acked key is taken; the look is skipped then (its filter compares each key with every one taken).
+    IF coalesce(cardinality(candidates), 0) < cardinality(acked_keys) THEN
+      UPDATE ${keys} AS k SET due_at = now()
+      WHERE k.queue_name = queue AND k.ordering_key IN (
+        SELECT r.ordering_key FROM ${keys} AS r
+        WHERE r.queue_name = queue AND r.ordering_key = ANY(acked_keys)
+          AND r.ordering_key <> ALL(coalesce(candidates, '{}'))
+        FOR UPDATE SKIP LOCKED);
+    END IF;
   END IF;
 
   LOOP

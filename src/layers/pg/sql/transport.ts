@@ -99,6 +99,11 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
       ? sql`WITH changed AS (${statement} RETURNING 1)
           SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM changed HAVING count(*) > 0`
       : sql`${statement} RETURNING 1`
+  /** `notifying` for a statement whose last CTE is `rows` (data-modifying CTEs cannot nest). */
+  const notifyingRows = (queue: string, inserted: Statement.Fragment) =>
+    options.channel !== undefined
+      ? sql`${inserted} SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM rows HAVING count(*) > 0`
+      : sql`${inserted} SELECT count(*)::int AS n FROM rows`
   const lease = (leaseMs: number) => sql`now() - ${leaseMs}::float8 * interval '1 millisecond'`
 
   return {
@@ -119,6 +124,29 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
                WITH ORDINALITY AS x(m, b, h, d, n)
           ORDER BY n`
       ),
+    /**
+     * One message with an ordering key: `insertKeyed`'s steps for a single row, a plan of its own (the common
+     * dispatch). The workers' row is added after the sequence row is locked (`FROM place`): a claimer deleting the
+     * key as empty holds that lock, so the row is added again after it.
+     */
+    insertOneKeyed: (queue: string, m: Insert & { readonly orderingKey: string }) => {
+      const inserted = sql`
+        WITH place AS (
+          INSERT INTO ${seq} AS s (queue_name, ordering_key, next_seq) VALUES (${queue}, ${m.orderingKey}, 2)
+          ON CONFLICT (queue_name, ordering_key) DO UPDATE SET next_seq = s.next_seq + 1
+          RETURNING s.next_seq - 1 AS n
+        ), state AS (
+          INSERT INTO ${keys} (queue_name, ordering_key, due_at)
+          SELECT ${queue}, ${m.orderingKey}, now() + ${m.delayMs}::float8 * interval '1 millisecond' FROM place
+          ON CONFLICT (queue_name, ordering_key) DO NOTHING
+        ), rows AS (
+          INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at, ordering_key, ordering_seq)
+          SELECT ${m.messageId}, ${m.body}, ${m.headers}, ${queue}, now(),
+            now() + ${m.delayMs}::float8 * interval '1 millisecond', ${m.orderingKey}, place.n FROM place
+          RETURNING 1
+        )`
+      return notifyingRows(queue, inserted)
+    },
     /**
      * Messages with ordering keys (and any without, in the same statement): each key's places taken from the
      * producers' table under its row lock (keys in order, so two producers never wait on each other in a cycle),
@@ -152,9 +180,7 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
           ORDER BY input.n
           RETURNING 1
         )`
-      return options.channel !== undefined
-        ? sql`${inserted} SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM rows HAVING count(*) > 0`
-        : sql`${inserted} SELECT count(*)::int AS n FROM rows`
+      return notifyingRows(queue, inserted)
     },
     claim: (queue: string, leaseMs: number, batchSize: number, acked: ReadonlyArray<string>, relaxed: boolean) =>
       sql<ClaimedRow>`SELECT * FROM ${sql(claimFunction(table))}(${queue}, ${leaseMs}, ${batchSize}, ${
