@@ -762,15 +762,19 @@ const burnDownTable = (results: ReadonlyArray<BurnDownResult>, o: Options): stri
       rate(r.rates.median),
       spread(r.rates, rate),
       ours === undefined || r === ours ? "" : ratio(ours.rates.median / r.rates.median),
-      r.capped
-        ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${
-          count(o.messages)
-        } handled`
-        : ""
+      cappedNote(r, o)
     ]),
     ["l", "l", "r", "r", "r", "l"]
   )
 }
+
+/** What a table's note says of a capped contender: how many of the messages its rounds handled. */
+const cappedNote = (r: { readonly capped: boolean; readonly handled: ReadonlyArray<number> }, o: Options) =>
+  r.capped
+    ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${
+      count(o.messages)
+    } handled`
+    : ""
 
 /** "a", "a and b", "a, b and c". */
 const listed = (items: ReadonlyArray<string>) =>
@@ -793,11 +797,7 @@ const orderedTable = (results: ReadonlyArray<OrderedResult>, o: Options): string
         spread(r.rates, rate),
         unordered === undefined || r === unordered ? "" : (r.rates.median / unordered.rates.median).toFixed(3),
         ours === undefined || r === ours ? "" : ratio(ours.rates.median / r.rates.median),
-        r.capped
-          ? `capped at ${o.capSeconds} s: ${count(Math.min(...r.handled))}–${count(Math.max(...r.handled))} of ${
-            count(o.messages)
-          } handled`
-          : ""
+        cappedNote(r, o)
       ]
     }),
     ["r", "l", "r", "r", "r", "r", "l"]
