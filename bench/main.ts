@@ -5,8 +5,10 @@
  * Scenarios: burn-down (pre-inserted messages, no-op handler, one process), ordered (the same burn-down over
  * ordering keys, against the peers' per-key ordering), dispatch cost (producers running a business transaction
  * with and without the enqueue, with and without an ordering key), memory (worker RSS in a child process), latency
- * (commit → handler start on an idle worker, and delayed messages: due → handler start) and recovery (SIGKILL of a
- * worker holding messages → redelivery by an idle rival). Prints the tables; unless `--no-write`, regenerates
+ * (commit → handler start on an idle worker, and delayed messages: due → handler start), recovery (SIGKILL of a
+ * worker holding messages → redelivery by an idle rival) and drain (a 1 000 000-message backlog drained by one
+ * worker: its rate at the start and at the end, what a claim reads, the table's size; bench/drain.ts). Prints the
+ * tables; unless `--no-write`, regenerates
  * BENCHMARKS.md's results section and bench/burn-down.svg. `--help` lists the options.
  */
 import { execFileSync, spawn } from "node:child_process"
@@ -26,6 +28,7 @@ import {
   tsNodeArgs,
   withDeadline
 } from "./common.js"
+import * as Drain from "./drain.js"
 import * as Graphile from "./graphile.js"
 import * as Latency from "./latency.js"
 import * as Ours from "./ours.js"
@@ -67,6 +70,8 @@ interface Options {
   readonly delayMs: number
   readonly recoveryRounds: number
   readonly leaseMs: number
+  readonly drainMessages: number
+  readonly drainRounds: number
 }
 
 const usage = `npm run bench -- [options]
@@ -75,12 +80,12 @@ const usage = `npm run bench -- [options]
   --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
-  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery (default: all)
+  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain (default: all)
   --only IDS              contenders to run, by id (e.g. ours-500,raw; ordered: ours, pgboss, graphile, or with
                           an ordered- prefix; dispatch: ours, ours-keyed, graphile, graphile-keyed, pgboss,
                           pgboss-keyed; latency: ours, graphile-default, ours-own-process,
                           graphile-default-own-process (the producer in a process of its own), or with a
-                          latency- prefix; recovery: ours or recovery-ours)
+                          latency- prefix; recovery: ours or recovery-ours; drain: ours or drain-ours)
   --rounds N              rounds per figure (default 3; quick 1)
   --messages N            burn-down messages (default 50000; quick 500)
   --cap S                 time cap of one burn-down round in seconds (default 10; ordered too)
@@ -103,6 +108,8 @@ const usage = `npm run bench -- [options]
   --delay MS              latency: their delay (default 300)
   --recovery-rounds N     recovery rounds (default 3; quick 1)
   --lease MS              recovery: the lease (redeliverTimeout) of both workers (default 2000)
+  --drain-messages N      drain: the backlog one worker drains (default 1000000; quick 20000)
+  --drain-rounds N        drain: rounds, each on a fresh database (default 2; quick 1)
 
 DATABASE_URL set: that server is used (a role that may create databases); otherwise an embedded
 PostgreSQL 15 is started in a temporary directory and removed at the end.`
@@ -144,7 +151,9 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     "delayed-messages",
     "delay",
     "recovery-rounds",
-    "lease"
+    "lease",
+    "drain-messages",
+    "drain-rounds"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -171,7 +180,8 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     write: !flags.has("no-write"),
     json: flags.has("json"),
     noFsync: flags.has("no-fsync"),
-    scenarios: list("scenarios") ?? new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery"]),
+    scenarios: list("scenarios") ??
+      new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery", "drain"]),
     only: list("only"),
     rounds: Math.floor(num("rounds", 3, 1)),
     messages: Math.floor(num("messages", 50_000, 500)),
@@ -193,7 +203,9 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     delayedMessages: Math.floor(num("delayed-messages", 50, 5)),
     delayMs: num("delay", 300, 300),
     recoveryRounds: Math.floor(num("recovery-rounds", 3, 1)),
-    leaseMs: num("lease", 2000, 2000)
+    leaseMs: num("lease", 2000, 2000),
+    drainMessages: Math.max(100, Math.floor(num("drain-messages", 1_000_000, 20_000))),
+    drainRounds: Math.max(1, Math.floor(num("drain-rounds", 2, 1)))
   }
 }
 
@@ -721,6 +733,9 @@ const runLatency = async (
 
 const recoveryMessages = 5
 
+/** The drain's warm-up (not measured): its first tenth would otherwise measure the JIT. */
+const drainWarmupMessages = 20_000
+
 const runRecovery = async (cluster: Cluster, o: Options): Promise<RecoveryResult | undefined> => {
   if (!selected(o, "recovery", "ours")) return undefined
   const rounds: Array<number> = []
@@ -1131,7 +1146,18 @@ const main = async () => {
     const latency = latencyRun?.latency
     const delayed = latencyRun?.delayed
     const recovery = o.scenarios.has("recovery") ? await runRecovery(cluster, o) : undefined
-    const ts = targets(burnDown, ordered, dispatch, memory, latency, delayed, recovery, o)
+    const drain = o.scenarios.has("drain") && selected(o, "drain", "ours")
+      ? await Drain.run(cluster.adminUrl, {
+        messages: o.drainMessages,
+        rounds: o.drainRounds,
+        batchSize: o.batchSize,
+        warmupMessages: o.quick ? 0 : drainWarmupMessages
+      }, log)
+      : undefined
+    const ts = [
+      ...targets(burnDown, ordered, dispatch, memory, latency, delayed, recovery, o),
+      ...(drain ? Drain.targets(drain) : [])
+    ]
     const elapsed = (performance.now() - began) / 1000
 
     const versions: Record<string, string> = {
@@ -1263,6 +1289,7 @@ const main = async () => {
           recoveryTable(recovery)
       )
     }
+    if (drain) sections.push(Drain.section(drain))
     sections.push(`### Targets\n\n${targetsTable(ts)}`)
 
     const printed = sections.join("\n\n")
@@ -1320,6 +1347,7 @@ const main = async () => {
             latency,
             delayed,
             recovery,
+            drain,
             targets: ts
           })
         }`

@@ -2,8 +2,9 @@
  * `npm run bench:smoke`: the benchmark's smoke mode, so that the benchmark cannot rot. Runs
  * `bench/main.ts --quick --no-write --json` on the library as it ships (the compiled dist/, through
  * bench/compiled-library.mjs; `npm run bench:smoke` builds it first) and checks its output: every contender
- * runs and prints a positive figure (the ordering-keys burn-down: every contender over every key count), the raw-SQL
- * contender still runs the transport's own statements, and the tables name every contender. It never rewrites BENCHMARKS.md (`--no-write`). Then a small run of
+ * runs and prints a positive figure (the ordering-keys burn-down: every contender over every key count; the drain: its
+ * rates and claim probes), the raw-SQL contender still runs the transport's own statements, and the tables name every
+ * contender. It never rewrites BENCHMARKS.md (`--no-write`). Then a small run of
  * `bench/observability.ts` (every configuration prints a positive rate).
  *
  * The benchmark starts its own embedded PostgreSQL, unless DATABASE_URL names a server (a role that may create
@@ -45,6 +46,16 @@ interface BenchJson {
   >
   readonly delayed: { readonly delayMs: number; readonly ms: Percentiles }
   readonly recovery: { readonly leaseMs: number; readonly rounds: ReadonlyArray<number>; readonly summary: Figure }
+  readonly drain: {
+    readonly messages: number
+    readonly rounds: ReadonlyArray<
+      { readonly tenths: ReadonlyArray<number>; readonly startProbes: ReadonlyArray<unknown> }
+    >
+    readonly first: Figure
+    readonly last: Figure
+    readonly buffersStart: Figure
+    readonly buffersEnd: Figure
+  }
   readonly targets: ReadonlyArray<{ readonly name: string }>
 }
 
@@ -174,8 +185,21 @@ const checkResult = (result: BenchJson, stdout: string) => {
     check(ms < result.recovery.leaseMs * 5, `recovery: redelivered after ${ms} ms, expected < 5 leases`)
   }
 
-  // 12, and 3 of the ordering keys over 1 000 keys (against ours without keys, pg-boss and graphile-worker).
-  check(result.targets.length === 15, `targets: ${result.targets.length}, expected 15`)
+  // The drain: one round, every tenth's rate and both claim probes' buffers positive.
+  check(result.drain.rounds.length === 1, `drain: ${result.drain.rounds.length} rounds, expected 1`)
+  for (const r of result.drain.rounds) {
+    check(r.tenths.length === 10 && r.tenths.every((t) => t > 0), `drain: rates per tenth ${JSON.stringify(r.tenths)}`)
+    check(r.startProbes.length === 3, `drain: ${r.startProbes.length} probes at the start, expected 3`)
+  }
+  check(result.drain.first.median > 0 && result.drain.last.median > 0, "drain: first or last 10 % rate not > 0")
+  check(
+    result.drain.buffersStart.median > 0 && result.drain.buffersEnd.median > 0,
+    "drain: the claim probes read no buffers"
+  )
+
+  // 12, 3 of the ordering keys over 1 000 keys (against ours without keys, pg-boss and graphile-worker) and 2 of the
+  // drain.
+  check(result.targets.length === 17, `targets: ${result.targets.length}, expected 17`)
 
   // The printed tables name every contender.
   for (
@@ -191,6 +215,7 @@ const checkResult = (result: BenchJson, stdout: string) => {
       "### Memory",
       "### Latency",
       "### Recovery",
+      "### Drain",
       "### Targets"
     ]
   ) {
