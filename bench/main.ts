@@ -4,17 +4,18 @@
  *
  * Scenarios: burn-down (pre-inserted messages, no-op handler, one process), ordered (the same burn-down over
  * ordering keys, against the peers' per-key ordering), dispatch cost (producers running a business transaction
- * with and without the enqueue, with and without an ordering key), memory (worker RSS in a child process), latency
- * (commit → handler start on an idle worker, and delayed messages: due → handler start), recovery (SIGKILL of a
- * worker holding messages → redelivery by an idle rival) and drain (a 1 000 000-message backlog drained by one
- * worker: its rate at the start and at the end, what a claim reads, the table's size; bench/drain.ts). Prints the
- * tables; unless `--no-write`, regenerates
+ * with and without the enqueue, with and without an ordering key, against a bare INSERT of the same row, and while a
+ * worker consumes), memory (worker RSS in a child process), latency (commit → handler start on an idle worker, and
+ * delayed messages: due → handler start), recovery (SIGKILL of a worker holding messages → redelivery by an idle
+ * rival) and drain (a 1 000 000-message backlog drained by one worker: its rate at the start and at the end, what a
+ * claim reads, the table's size; bench/drain.ts). Prints the tables; unless `--no-write`, regenerates
  * BENCHMARKS.md's results section and bench/burn-down.svg. `--help` lists the options.
  */
 import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import * as BareInsert from "./bare-insert.js"
 import { burnDownSvg } from "./chart.js"
 import { type Cluster, freshDatabase, serverInfo, settle, startCluster, withClient } from "./cluster.js"
 import {
@@ -82,7 +83,8 @@ const usage = `npm run bench -- [options]
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
   --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain (default: all)
   --only IDS              contenders to run, by id (e.g. ours-500,raw; ordered: ours, pgboss, graphile, or with
-                          an ordered- prefix; dispatch: ours, ours-keyed, graphile, graphile-keyed, pgboss,
+                          an ordered- prefix; dispatch: ours, ours-keyed, ours-worker (a worker consuming
+                          meanwhile), bare-insert (the baseline), graphile, graphile-keyed, pgboss,
                           pgboss-keyed; latency: ours, graphile-default, ours-own-process,
                           graphile-default-own-process (the producer in a process of its own), or with a
                           latency- prefix; recovery: ours or recovery-ours; drain: ours or drain-ours)
@@ -421,6 +423,8 @@ const runOrdered = async (cluster: Cluster, o: Options): Promise<Array<OrderedRe
 const dispatchContenders: ReadonlyArray<DispatchContender> = [
   Ours.dispatch,
   Ours.keyedDispatch,
+  Ours.dispatchWithWorker,
+  BareInsert.dispatch,
   Graphile.dispatch,
   Graphile.keyedDispatch,
   PgBoss.dispatch,
@@ -1010,6 +1014,28 @@ const targets = (
       value: d.ratio.median.toFixed(3),
       goal: "≥ 0.90",
       met: d.ratio.median >= 0.9
+    })
+  }
+  // Against the same row inserted bare through the same client stack (measured in the same run), and the peers.
+  const bare = find(dispatch, "bare-insert")
+  if (d && bare) {
+    const v = d.ratio.median / bare.ratio.median
+    out.push({
+      name: `dispatch cost, ${o.producers} producers: ours' with ÷ without ÷ a bare INSERT's`,
+      value: v.toFixed(3),
+      goal: "≥ 0.95",
+      met: v >= 0.95
+    })
+  }
+  for (const [id, what] of [["graphile", "graphile-worker"], ["pgboss", "pg-boss"]] as const) {
+    const peer = find(dispatch, id)
+    if (d === undefined || peer === undefined) continue
+    const v = d.with.median / peer.with.median
+    out.push({
+      name: `dispatch cost, ${o.producers} producers: ours ÷ ${what}, tx/s with enqueue`,
+      value: ratio(v),
+      goal: "> 1×",
+      met: v > 1
     })
   }
   const m = find(memory, "ours")

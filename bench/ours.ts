@@ -12,6 +12,8 @@ import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import { spawn } from "node:child_process"
+import * as path from "node:path"
 import pg from "pg"
 import * as Message from "../src/domain/Message.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
@@ -27,12 +29,16 @@ import {
   businessUpdateSql,
   clock,
   type DispatchContender,
+  type DispatchOptions,
   keyOf,
   keyOfRow,
   type OrderedContender,
   queue,
+  root,
   runProducers,
-  table
+  table,
+  tsNodeArgs,
+  withDeadline
 } from "./common.js"
 
 const quiet = <A, E, R>(self: Effect.Effect<A, E, R>) => Logger.withMinimumLogLevel(self, LogLevel.Error)
@@ -198,42 +204,99 @@ export const orderedBurnDown = (batchSize: number, concurrency: number): Ordered
   }
 })
 
-const dispatchOf = (keyed: boolean): DispatchContender => ({
-  id: keyed ? "ours-keyed" : "ours",
-  label: keyed ? "effect-outbox, ordering key" : "effect-outbox",
+/**
+ * Starts one of our workers with its defaults in a process of its own (bench/dispatch-worker.ts) and resolves once it
+ * runs; `stop` ends it gracefully and returns the messages it handled.
+ */
+const startWorkerProcess = async (url: string) => {
+  const child = spawn(process.execPath, [...tsNodeArgs(), path.join(root, "bench", "dispatch-worker.ts"), url], {
+    cwd: root,
+    stdio: ["pipe", "pipe", "inherit"]
+  })
+  let out = ""
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk))
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+  const ready = new Promise<void>((resolve, reject) => {
+    child.stdout.on("data", () => (out.includes("READY\n") ? resolve() : undefined))
+    child.on("error", reject)
+    void exited.then((code) => reject(new Error(`the dispatch worker exited with ${code} before it was ready`)))
+  })
+  try {
+    await withDeadline(ready, 60_000, "the dispatch scenario's worker start")
+  } catch (error) {
+    child.kill("SIGKILL")
+    throw error
+  }
+  return {
+    stop: async (): Promise<number> => {
+      child.stdin.end() // its signal to stop
+      const code = await withDeadline(exited, 60_000, "the dispatch scenario's worker stop")
+      const line = out.split("\n").find((l) => l.startsWith("{"))
+      if (code !== 0 || line === undefined) throw new Error(`the dispatch worker exited with ${code}`)
+      return (JSON.parse(line) as { handled: number }).handled
+    }
+  }
+}
+
+const dispatchOf = (keyed: boolean, workerRunning: boolean): DispatchContender => ({
+  id: keyed ? "ours-keyed" : workerRunning ? "ours-worker" : "ours",
+  label: keyed ? "effect-outbox, ordering key" : workerRunning ? "effect-outbox, worker running" : "effect-outbox",
   enqueueCall: keyed
     ? "`Outbox.dispatch(new BenchNoop({ n }), { orderingKey: \"account-\" + n })` inside `sql.withTransaction` " +
       "(a key per business row)"
+    : workerRunning
+    ? "the same as effect-outbox's, while one of our workers consumes the table, in a process of its own " +
+      "(`Worker.run({ transports: [\"outbox\"] })`: defaults, batchSize 50, LISTEN/NOTIFY wake-up, no-op handler; " +
+      "started before the producers, also during the runs without enqueue)"
     : "`Outbox.dispatch(new BenchNoop({ n }))` inside `sql.withTransaction`",
   keyed,
   run: async (url, options) => {
     await setup(url)
-    await options.settle()
-    const runtime = ManagedRuntime.make(stack(url, { maxConnections: options.producers + 2 }))
+    if (!workerRunning) return produce(url, options, keyed)
+    const worker = await startWorkerProcess(url)
+    let tps: number
     try {
-      const transaction = (producer: number, i: number) =>
-        Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
-          const id = businessRow(producer, i)
-          yield* sql.withTransaction(Effect.gen(function*() {
-            yield* sql.unsafe(businessUpdateSql, [id])
-            if (options.enqueue) {
-              yield* Outbox.dispatch(new BenchNoop({ n: id }), keyed ? { orderingKey: keyOfRow(id) } : undefined)
-            }
-          }))
-        })
-      await runtime.runPromise(Effect.void) // build the layer (pool, first connection) before the clock
-      return await runProducers(options, (producer, i) => runtime.runPromise(quiet(transaction(producer, i))))
-    } finally {
-      await runtime.dispose()
+      tps = await produce(url, options, keyed)
+    } catch (error) {
+      await worker.stop().catch(() => undefined)
+      throw error
     }
+    const handled = await worker.stop()
+    if (options.enqueue && handled === 0) throw new Error("the dispatch scenario's worker handled nothing")
+    return tps
   }
 })
 
-export const dispatch = dispatchOf(false)
+/** Settles the database, then runs the producers: the business transaction with (or without) `Outbox.dispatch`. */
+const produce = async (url: string, options: DispatchOptions, keyed: boolean): Promise<number> => {
+  await options.settle()
+  const runtime = ManagedRuntime.make(stack(url, { maxConnections: options.producers + 2 }))
+  try {
+    const transaction = (producer: number, i: number) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const id = businessRow(producer, i)
+        yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql.unsafe(businessUpdateSql, [id])
+          if (options.enqueue) {
+            yield* Outbox.dispatch(new BenchNoop({ n: id }), keyed ? { orderingKey: keyOfRow(id) } : undefined)
+          }
+        }))
+      })
+    await runtime.runPromise(Effect.void) // build the layer (pool, first connection) before the clock
+    return await runProducers(options, (producer, i) => runtime.runPromise(quiet(transaction(producer, i))))
+  } finally {
+    await runtime.dispose()
+  }
+}
+
+export const dispatch = dispatchOf(false, false)
 
 /** The same with an ordering key per business row: the dispatch also takes the key's place (under its row lock). */
-export const keyedDispatch = dispatchOf(true)
+export const keyedDispatch = dispatchOf(true, false)
+
+/** The same as `dispatch` while one of our workers (its defaults) consumes the table from a process of its own. */
+export const dispatchWithWorker = dispatchOf(false, true)
 
 /**
  * Runs a tiny real round trip through the library while recording every statement text that reaches
