@@ -379,8 +379,8 @@ export const section = (d: DrainResult): string => {
       name,
       bytes(m((s) => s.tableBytes)),
       bytes(m((s) => s.indexBytes)),
-      count(m((s) => s.liveTuples)),
-      count(m((s) => s.deadTuples)),
+      count(Math.round(m((s) => s.liveTuples))),
+      count(Math.round(m((s) => s.deadTuples))),
       d.rounds.map((r) => f(r).autovacuums).join(", "),
       d.rounds.map((r) => f(r).autoanalyzes).join(", "),
       Number.isFinite(e) ? e.toFixed(1) : ""
