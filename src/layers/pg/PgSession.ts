@@ -20,6 +20,7 @@ import { compareIds } from "../../internal/compareIds.js"
 import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
 import * as HeldConnection from "../internal/heldConnection.js"
+import * as PgWaiting from "./PgWaiting.js"
 import type * as PgWakeups from "./PgWakeups.js"
 import { claimCall, type ClaimedRow, dateOf, type Statements } from "./sql/transport.js"
 
@@ -55,7 +56,10 @@ export const open = (options: SessionOptions) =>
     const { statements, transports } = options
     yield* checkKnown(names, transports)
     const own = new Set(names)
-    const subscription = yield* options.wakeups.subscribe(new Set(names.map((name) => transports.get(name)!.queueName)))
+    const queues = new Set(names.map((name) => transports.get(name)!.queueName))
+    const subscription = yield* options.wakeups.subscribe(queues)
+    const waiting = PgWaiting.make({ statements, queues: [...queues], listens: options.wakeups.listens })
+    yield* Effect.addFinalizer(() => waiting.close)
     const connection = options.ownConnection ? HeldConnection.make(options.sql, applicationName) : undefined
     if (connection !== undefined) yield* Effect.addFinalizer(() => connection.release)
     const text = claimCall(options.table)
@@ -75,7 +79,7 @@ export const open = (options: SessionOptions) =>
         const rows = connection === undefined || tx
           ? viaSql()
           : connection.execute<ClaimedRow>(text, [queueName, leaseMs, batch, acks, true], viaSql)
-        return Effect.mapBoth(rows, {
+        const answered = Effect.mapBoth(rows, {
           onFailure: (error) => options.toError(name, acks.length === 0 ? "claim" : "ackAndClaim", error),
           onSuccess: (claimed): Claimed => {
             // Leased nothing: the one row says when the next message is due.
@@ -85,12 +89,21 @@ export const open = (options: SessionOptions) =>
             return { messages: claimed.map(toReceived(name)).sort(byAvailability), nextDue: Option.none() }
           }
         })
+        // Claims run between waits, never during one: an announcement made before this claim is all there is.
+        return waiting.announced()
+          ? Effect.tap(answered, (claimed) => claimed.messages.length > 0 ? waiting.busy : Effect.void)
+          : answered
       })
 
     return {
       transports: names,
       claim,
-      wait: (maxWait) => options.wakeups.wait(subscription, maxWait)
+      // A wait that needs a new announcement makes it and ends at once: the loop claims again (see PgWaiting).
+      wait: (maxWait) =>
+        Effect.flatMap(
+          waiting.announce(Duration.toMillis(maxWait)),
+          (announced) => announced ? Effect.void : options.wakeups.wait(subscription, maxWait)
+        )
     }
   })
 

@@ -87,5 +87,8 @@ export const make = (listener: { readonly config: PgClientConfig; readonly chann
       })
     })
 
-  return { subscribe, wait }
+  /** Whether hints can arrive at all (a LISTEN connection is configured): workers announce their waits only then. */
+  const listens = listener !== undefined
+
+  return { listens, subscribe, wait }
 }

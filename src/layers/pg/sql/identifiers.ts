@@ -17,3 +17,6 @@ export const keySequences = (table: string): string => `${table}_key_seq`
 
 /** The workers' table of a transport table: each ordering key with messages, when it is next due, what blocks it. @internal */
 export const keyStates = (table: string): string => `${table}_keys`
+
+/** The table of a transport table's waiting workers: producers notify a queue only while one waits on it. @internal */
+export const waitingWorkers = (table: string): string => `${table}_waiting`

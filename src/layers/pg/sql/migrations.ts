@@ -16,7 +16,7 @@ import {
   claimFunctionV6,
   claimFunctionV7
 } from "./claimFunctions.js"
-import { claimFunction, keySequences, keyStates, quote } from "./identifiers.js"
+import { claimFunction, keySequences, keyStates, quote, waitingWorkers } from "./identifiers.js"
 
 /** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
 const indexName = (table: string, suffix: string): string =>
@@ -145,6 +145,17 @@ export const loader = (table: string) => {
       yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${quote(indexName(keyStates(table), "_blocked_idx"))}
         ON ${keys} (blocked_by) WHERE blocked_by IS NOT NULL`)
       yield* sql.unsafe(claimFunctionV7(t, fn, quote(keySequences(table)), keys))
+    }),
+    // The workers waiting on each queue, each until its announcement expires (a killed worker's lapses): a
+    // producer's statement notifies only while one waits, so a busy queue's commits never take NOTIFY's lock.
+    "8_waiting_workers": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${quote(waitingWorkers(table))} (
+        queue_name varchar(190) NOT NULL,
+        worker uuid NOT NULL,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (queue_name, worker)
+      )`)
     })
   })
 }

@@ -6,7 +6,7 @@
  */
 import type * as SqlClient from "@effect/sql/SqlClient"
 import type * as Statement from "@effect/sql/Statement"
-import { claimFunction, keySequences, keyStates, quote } from "./identifiers.js"
+import { claimFunction, keySequences, keyStates, quote, waitingWorkers } from "./identifiers.js"
 
 /** A row as the operator statements read it; times in epoch milliseconds (see `dateOf`). @internal */
 export interface StoredRow {
@@ -79,6 +79,7 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
   const t = sql(table)
   const seq = sql(keySequences(table))
   const keys = sql(keyStates(table))
+  const waiting = sql(waitingWorkers(table))
   const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
   const columns = sql.literal(
     "id::text AS id, message_id::text AS message_id, body, headers, " +
@@ -93,16 +94,23 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     sql`WITH changed AS (${statement} RETURNING ordering_key)
       UPDATE ${keys} SET due_at = now()
       WHERE queue_name = ${queue} AND ordering_key IN (SELECT ordering_key FROM changed WHERE ordering_key IS NOT NULL)`
-  /** `pg_notify` once per statement, piggy-backed on it (no extra round trip); delivered at commit. */
+  /**
+   * `pg_notify` once per statement, piggy-backed on it (no extra round trip), and only while a worker waits on the
+   * queue: a notifying transaction's commit takes a lock every notifying commit of the cluster waits for, and a
+   * worker that is not waiting claims again without a hint. Evaluated once per statement (an init plan).
+   */
+  const wake = (queue: string, channel: string) =>
+    sql`CASE WHEN EXISTS (SELECT 1 FROM ${waiting} WHERE queue_name = ${queue} AND expires_at > now())
+      THEN pg_notify(${channel}, ${queue}) END`
   const notifying = (queue: string, statement: Statement.Fragment) =>
     options.channel !== undefined
       ? sql`WITH changed AS (${statement} RETURNING 1)
-          SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM changed HAVING count(*) > 0`
+          SELECT count(*)::int AS n, ${wake(queue, options.channel)} FROM changed HAVING count(*) > 0`
       : sql`${statement} RETURNING 1`
   /** `notifying` for a statement whose last CTE is `rows` (data-modifying CTEs cannot nest). */
   const notifyingRows = (queue: string, inserted: Statement.Fragment) =>
     options.channel !== undefined
-      ? sql`${inserted} SELECT count(*)::int AS n, pg_notify(${options.channel}, ${queue}) FROM rows HAVING count(*) > 0`
+      ? sql`${inserted} SELECT count(*)::int AS n, ${wake(queue, options.channel)} FROM rows HAVING count(*) > 0`
       : sql`${inserted} SELECT count(*)::int AS n FROM rows`
   const lease = (leaseMs: number) => sql`now() - ${leaseMs}::float8 * interval '1 millisecond'`
 
@@ -218,6 +226,22 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     releaseKeys: (queue: string, values: ReadonlyArray<string>) =>
       sql`UPDATE ${keys} SET due_at = now() WHERE queue_name = ${queue} AND ordering_key IN (
         SELECT ordering_key FROM ${t} WHERE id = ANY(${ids(values)}) AND ordering_key IS NOT NULL)`,
+    /**
+     * `worker` waits on `queues` for `ms` (its announcement renewed if it has one); announcements that lapsed a
+     * minute ago (killed workers') go. Committed relaxed: an announcement lost in a server crash costs a poll.
+     */
+    announce: (queues: ReadonlyArray<string>, worker: string, ms: number) =>
+      sql`WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
+          lapsed AS (DELETE FROM ${waiting}
+            WHERE queue_name = ANY(${queues}::text[]) AND expires_at < now() - interval '1 minute')
+        INSERT INTO ${waiting} (queue_name, worker, expires_at)
+        SELECT q, ${worker}::uuid, now() + ${ms}::float8 * interval '1 millisecond'
+        FROM unnest(${queues}::text[]) AS q, relaxed
+        ON CONFLICT (queue_name, worker) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
+    /** `worker` no longer waits (relaxed, as `announce`). */
+    retract: (worker: string) =>
+      sql`DELETE FROM ${waiting} USING (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
+        WHERE worker = ${worker}::uuid`,
     list: (queue: string, limit: number) =>
       sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE queue_name = ${queue} ORDER BY id LIMIT ${limit}`,
     listPage: (queue: string, after: string, size: number) =>

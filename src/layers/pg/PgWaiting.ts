@@ -1,0 +1,98 @@
+/**
+ * A worker session's announcement that it waits: producers notify a queue only while a worker waits on it
+ * (`<table>_waiting`), so the commits of a busy queue never take the lock NOTIFY's commits queue on.
+ *
+ * The race this must close: a producer's statement that ran before the announcement committed did not notify,
+ * and its commit may land after the claim that found the queue empty. So a wait that needs a new announcement
+ * makes it and returns at once: the loop claims again and finds every message committed by then. A producer
+ * whose statement ran before the announcement and whose commit lands after that claim is found at the next poll
+ * (`sleep`): a transaction open across the worker's whole switch to waiting.
+ *
+ * @internal
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import type { Statements } from "./sql/transport.js"
+
+/** An announcement outlives the wait it was made for by this much, so the next waits need not renew it. */
+const slackMs = 5_000
+
+/** @internal */
+export interface Waiting {
+  /**
+   * Before a wait of `ms`: `true` when the session had to announce it (the caller claims again before waiting),
+   * `false` when its announcement covers the wait (or it cannot be woken: nothing to announce).
+   */
+  readonly announce: (ms: number) => Effect.Effect<boolean>
+  /** Whether the session has announced that it waits. */
+  readonly announced: () => boolean
+  /** After a claim that leased messages: the session no longer waits (the retraction runs in the background). */
+  readonly busy: Effect.Effect<void>
+  /** Retracts the announcement when the session ends. */
+  readonly close: Effect.Effect<void>
+}
+
+/** @internal */
+export const make = (options: {
+  readonly statements: Statements
+  readonly queues: ReadonlyArray<string>
+  /** Whether the transport listens: without a LISTEN connection nothing can wake the worker. */
+  readonly listens: boolean
+}): Waiting => {
+  const { queues, statements } = options
+  const worker = crypto.randomUUID()
+  // Until when (performance.now()) the announcement stands; 0 without one.
+  let announcedUntil = 0
+  // The retraction in flight: the next announcement waits for it, so that it never lands after the announcement.
+  let retracting: Fiber.RuntimeFiber<void> | undefined
+
+  const awaitFiber = (fiber: Fiber.RuntimeFiber<void> | undefined) =>
+    fiber === undefined ? Effect.void : Fiber.join(fiber)
+  const settled = Effect.suspend(() => awaitFiber(retracting))
+
+  const announce = (ms: number): Effect.Effect<boolean> =>
+    Effect.suspend(() => {
+      const now = performance.now()
+      if (!options.listens || announcedUntil >= now + ms + 1_000) return Effect.succeed(false)
+      const lifetime = 2 * ms + slackMs
+      return settled.pipe(
+        Effect.zipRight(statements.announce(queues, worker, lifetime)),
+        Effect.map(() => {
+          announcedUntil = now + lifetime
+          return true
+        }),
+        // Storage trouble: the wait polls as if nobody could wake it (the next claim reports the trouble). An
+        // interruption may leave an announcement this session does not know of: it lapses.
+        Effect.catchAll(() => Effect.succeed(false))
+      )
+    })
+
+  // A retraction that fails leaves the announcement to lapse: until then, producers notify for nothing.
+  // Interruptible: forked from a claim, which is not, and its timeout must be able to end it.
+  const retract = statements.retract(worker).pipe(
+    Effect.interruptible,
+    Effect.timeout(Duration.seconds(2)),
+    Effect.ignore
+  )
+
+  return {
+    announce,
+    announced: () => announcedUntil !== 0,
+    busy: Effect.suspend(() => {
+      if (announcedUntil === 0) return Effect.void
+      // Forgotten before the retraction runs: a wait that comes first announces again (after the retraction).
+      announcedUntil = 0
+      // After the one before it (read now: the new fiber becomes `retracting`).
+      const previous = retracting
+      return Effect.map(Effect.forkDaemon(Effect.zipRight(awaitFiber(previous), retract)), (fiber) => {
+        retracting = fiber
+      })
+    }),
+    close: Effect.suspend(() => {
+      if (announcedUntil === 0) return settled
+      announcedUntil = 0
+      return Effect.zipRight(settled, retract)
+    })
+  }
+}

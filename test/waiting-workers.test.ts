@@ -1,0 +1,211 @@
+/**
+ * Producers notify only while a worker waits (`<table>_waiting`): a busy queue's commits never take NOTIFY's
+ * commit lock, and a worker that goes idle while a producer commits still finds the message.
+ *
+ * What a producer's statement notified is seen by a LISTEN connection of the test's own: notifications arrive in
+ * commit order, so a marker notified after a dispatch arriving with nothing before it shows the dispatch sent none.
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Schedule from "effect/Schedule"
+import pg from "pg"
+import * as Identifier from "../src/domain/Identifier.js"
+import * as MessageId from "../src/domain/MessageId.js"
+import * as PgTransport from "../src/layers/PgTransport.js"
+import { testDatabase } from "./support/database.js"
+import { uniqueTable } from "./support/harness.js"
+
+const db = testDatabase("waiting_workers")
+const { withPg } = db
+
+/** A LISTEN connection on `channel`: the payloads it received, in order. */
+const listening = (channel: string) =>
+  Effect.acquireRelease(
+    Effect.promise(async () => {
+      const client = new pg.Client({ connectionString: db.url })
+      const payloads: Array<string> = []
+      client.on("notification", (n) => payloads.push(n.payload ?? ""))
+      await client.connect()
+      await client.query(`LISTEN "${channel}"`)
+      return { client, payloads }
+    }),
+    ({ client }) => Effect.promise(() => client.end())
+  )
+
+/** What the listener received up to a marker notified now (delivered after everything committed before it). */
+const receivedBefore = (listener: { readonly payloads: Array<string> }, channel: string, marker: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`SELECT pg_notify(${channel}, ${marker})`
+    yield* Effect.sync(() => listener.payloads.includes(marker)).pipe(
+      Effect.repeat({ schedule: Schedule.spaced("10 millis"), until: (seen) => seen }),
+      Effect.timeout("20 seconds")
+    )
+    const upTo = listener.payloads.splice(0, listener.payloads.indexOf(marker) + 1)
+    return upTo.slice(0, -1)
+  })
+
+const waitingRows = (table: string) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql<{ readonly queue_name: string }>`SELECT queue_name FROM ${sql(`${table}_waiting`)}`
+  ).pipe(Effect.map((rows) => rows.map((r) => r.queue_name)))
+
+/** Until the transport's LISTEN connection is up (the signal that its "look again" hint was given). */
+const awaitSessionListener = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) =>
+    sql<{ readonly pid: number }>`SELECT pid FROM pg_stat_activity
+    WHERE datname = current_database() AND application_name = 'effect-outbox listener' AND state = 'idle'`
+).pipe(
+  Effect.repeat({ schedule: Schedule.spaced("10 millis"), until: (rows) => rows.length > 0 }),
+  Effect.timeout("20 seconds")
+)
+
+/** Until no announcement is left (a retraction runs in the background). */
+const awaitNoneWaiting = (table: string) =>
+  waitingRows(table).pipe(
+    Effect.repeat({ schedule: Schedule.spaced("10 millis"), until: (rows) => rows.length === 0 }),
+    Effect.timeout("20 seconds")
+  )
+
+const message = () => ({ messageId: MessageId.make(), type: "Test", body: "{}", headers: "{}", delayMs: 0 })
+
+describe("producers notify only while a worker waits", () => {
+  it.live(
+    "no notification while nobody waits; one while a session waits; none once its claim found work",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const table = uniqueTable("waiting")
+          const channel = Identifier.defaultChannel(table)
+          const transport = yield* PgTransport.make({ table, autoSetup: true })
+          const listener = yield* listening(channel)
+
+          // Nobody waits: the dispatch commits without a notification.
+          yield* transport.send("outbox", [message()])
+          expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
+
+          const session = yield* transport.open(["outbox"])
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
+          // The first wait announces and ends at once (the caller claims again); the next one waits.
+          yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
+          expect(yield* waitingRows(table)).toEqual(["outbox"])
+          const waited = yield* Effect.fork(session.wait(Duration.minutes(1)))
+          yield* transport.send("outbox", [message()])
+          yield* Fiber.join(waited).pipe(Effect.timeout("20 seconds"))
+          expect(yield* receivedBefore(listener, channel, "m2")).toEqual(["outbox"])
+
+          // Its claim found the message: it no longer waits, and the next dispatch notifies nobody.
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+          yield* awaitNoneWaiting(table)
+          yield* transport.send("outbox", [message()])
+          expect(yield* receivedBefore(listener, channel, "m3")).toEqual([])
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+
+  it.live(
+    "a producer that wrote before the worker announced and commits before its next claim: that claim finds it",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const table = uniqueTable("waiting_race")
+          const channel = Identifier.defaultChannel(table)
+          const transport = yield* PgTransport.make({ table, autoSetup: true })
+          const listener = yield* listening(channel)
+          const session = yield* transport.open(["outbox"])
+          // The session's listener says "look again" once it is connected: taken first, so that no wait below
+          // ends because of it. Then the session finds work, so it no longer waits.
+          yield* awaitSessionListener
+          yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
+          yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
+          yield* transport.send("outbox", [message()])
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+          yield* awaitNoneWaiting(table)
+          yield* receivedBefore(listener, channel, "m0")
+
+          const written = yield* Deferred.make<void>()
+          const commit = yield* Deferred.make<void>()
+          const producer = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+            yield* transport.send("outbox", [message()])
+            yield* Deferred.succeed(written, undefined)
+            yield* Deferred.await(commit)
+          })))
+          yield* Deferred.await(written)
+          // The worker finds nothing yet and switches to waiting: the wait announces and ends at once (nothing else
+          // would end it: no hint is pending, and the producer's statement ran before the announcement).
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
+          yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
+          yield* Deferred.succeed(commit, undefined)
+          yield* Fiber.join(producer)
+          expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
+          // The claim after the announcement, before any wait, finds it.
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+
+  it.live(
+    "an announcement ends with its session and lapses with its time; lapsed ones are cleared by the next",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const table = uniqueTable("waiting_lapse")
+          const channel = Identifier.defaultChannel(table)
+          const transport = yield* PgTransport.make({ table, autoSetup: true })
+          const listener = yield* listening(channel)
+          const waiting = sql(`${table}_waiting`)
+
+          yield* Effect.scoped(Effect.gen(function*() {
+            const session = yield* transport.open(["outbox"])
+            yield* session.wait(Duration.seconds(30))
+            expect(yield* waitingRows(table)).toEqual(["outbox"])
+          }))
+          expect(yield* waitingRows(table)).toEqual([])
+
+          // A killed worker's announcement, lapsed: nobody is notified for it.
+          yield* sql`INSERT INTO ${waiting} (queue_name, worker, expires_at)
+          VALUES ('outbox', gen_random_uuid(), now() - interval '2 minutes')`
+          yield* transport.send("outbox", [message()])
+          expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
+          // The next announcement on the queue clears it.
+          yield* Effect.scoped(Effect.gen(function*() {
+            const session = yield* transport.open(["outbox"])
+            yield* session.wait(Duration.seconds(30))
+            expect(yield* waitingRows(table)).toEqual(["outbox"])
+          }))
+          expect(yield* waitingRows(table)).toEqual([])
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+
+  it.live(
+    "with `notify: false` nobody announces and nothing is notified",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const table = uniqueTable("waiting_off")
+          const channel = Identifier.defaultChannel(table)
+          const transport = yield* PgTransport.make({ table, autoSetup: true, notify: false })
+          const listener = yield* listening(channel)
+          const session = yield* transport.open(["outbox"])
+          yield* session.wait(Duration.millis(50))
+          expect(yield* waitingRows(table)).toEqual([])
+          yield* transport.send("outbox", [message()])
+          expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+})
