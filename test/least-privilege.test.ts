@@ -55,6 +55,7 @@ const idempotencyTable = `${schema}.outbox_idempotency`
 const claimSignature = `${table}_claim(text, float8, int, bigint[], boolean)`
 const keySequences = `${table}_key_seq`
 const keyStates = `${table}_keys`
+const waitingWorkers = `${table}_waiting`
 
 /** One privilege on one object (`ON <on>`), as the README's "Least privilege" grants them. */
 interface Grant {
@@ -75,7 +76,8 @@ const documented = (database: string) => {
       { privilege: "SELECT", on: `TABLE ${keySequences}` },
       { privilege: "INSERT", on: `TABLE ${keySequences}` },
       { privilege: "UPDATE", on: `TABLE ${keySequences}` },
-      { privilege: "INSERT", on: `TABLE ${keyStates}` }
+      { privilege: "INSERT", on: `TABLE ${keyStates}` },
+      { privilege: "SELECT", on: `TABLE ${waitingWorkers}` }
     ] as ReadonlyArray<Grant>,
     worker: [
       ...access,
@@ -92,7 +94,11 @@ const documented = (database: string) => {
       { privilege: "SELECT", on: `TABLE ${idempotencyTable}` },
       { privilege: "INSERT", on: `TABLE ${idempotencyTable}` },
       { privilege: "UPDATE", on: `TABLE ${idempotencyTable}` },
-      { privilege: "DELETE", on: `TABLE ${idempotencyTable}` }
+      { privilege: "DELETE", on: `TABLE ${idempotencyTable}` },
+      { privilege: "SELECT", on: `TABLE ${waitingWorkers}` },
+      { privilege: "INSERT", on: `TABLE ${waitingWorkers}` },
+      { privilege: "UPDATE", on: `TABLE ${waitingWorkers}` },
+      { privilege: "DELETE", on: `TABLE ${waitingWorkers}` }
     ] as ReadonlyArray<Grant>
   }
 }
@@ -590,6 +596,13 @@ describe("least privilege", () => {
           (admin) =>
             admin.move("failed", "9000000000001", { to: "outbox", headers: new Headers({ type: "OrderPaid" }) })
         ).pipe(Effect.provide(transport))
+        // A session's wait announces it (producers then notify its queue).
+        const announceWait = Effect.flatMap(
+          Transport,
+          (t) => Effect.scoped(Effect.flatMap(t.open(["outbox"]), (session) => session.wait(Duration.millis(10))))
+        ).pipe(
+          Effect.provide(transport)
+        )
         const cases: ReadonlyArray<{
           readonly role: "producer" | "worker"
           readonly missing: Grant
@@ -614,6 +627,12 @@ describe("least privilege", () => {
             missing: grants.producer[6]!,
             run: keyed,
             error: "permission denied for table messages_keys"
+          },
+          {
+            role: "producer",
+            missing: grants.producer[7]!,
+            run: Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })).pipe(Effect.provide(producerStack)),
+            error: "permission denied for table messages_waiting"
           },
           { role: "worker", missing: grants.worker[0]!, run: claim(), error: "permission denied for database" },
           { role: "worker", missing: grants.worker[1]!, run: claim(), error: "permission denied for schema outbox" },
@@ -675,6 +694,12 @@ describe("least privilege", () => {
             missing: grants.worker[i]!,
             run: purge,
             error: "permission denied for table outbox_idempotency"
+          })),
+          ...[16, 17, 18, 19].map((i) => ({
+            role: "worker" as const,
+            missing: grants.worker[i]!,
+            run: announceWait,
+            error: "permission denied for table messages_waiting"
           }))
         ]
         // Every entry of the documented lists has its case.

@@ -44,7 +44,8 @@ describe("PostgreSQL setup", () => {
         [4, "claim_next_due"],
         [5, "claim_extreme_values"],
         [6, "ordering_keys"],
-        [7, "claim_acked_keys_first"]
+        [7, "claim_acked_keys_first"],
+        [8, "waiting_workers"]
       ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns

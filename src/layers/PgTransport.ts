@@ -69,10 +69,10 @@ export interface Options {
   /** Run the migrations when the layer is built (default `false`: production runs `setup-transports`). */
   readonly autoSetup?: boolean
   /**
-   * Wake workers at commit with `pg_notify` (default `true`): each send statement notifies once per queue,
-   * delivered when the transaction commits — never before the row is visible. Workers listen on a dedicated
-   * connection (when a `PgClient` is in context) and still poll as the safety net. Turn it off for very
-   * many concurrent producers: PostgreSQL serializes committing transactions that notified.
+   * Wake waiting workers at commit with `pg_notify` (default `true`): a send statement notifies its queue once,
+   * delivered when the transaction commits — never before the row is visible — and only while a worker waits
+   * on the queue (announced in `<table>_waiting`), so the commits of a busy queue take no NOTIFY lock. Workers
+   * listen on a dedicated connection (when a `PgClient` is in context) and still poll as the safety net.
    */
   readonly notify?: boolean
   /**

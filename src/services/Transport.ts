@@ -83,9 +83,10 @@ export interface Session {
   ) => Effect.Effect<Claimed, TransportError | UnknownTransportError | StorageNotReadyError>
   /**
    * Waits for a wake-up hint (a message sent to or released on one of the session's transports), or `maxWait`
-   * at most; hints are coalesced. A backend without notifications only waits: polling stays the truth.
+   * at most; hints are coalesced. A backend without notifications only waits: polling stays the truth. It fails
+   * only when the backend cannot record the wait its producers look for (the PostgreSQL transport's announcement).
    */
-  readonly wait: (maxWait: Duration.Duration) => Effect.Effect<void>
+  readonly wait: (maxWait: Duration.Duration) => Effect.Effect<void, TransportError | StorageNotReadyError>
 }
 
 /**

@@ -101,7 +101,10 @@ export const open = (options: SessionOptions) =>
       // A wait that needs a new announcement makes it and ends at once: the loop claims again (see PgWaiting).
       wait: (maxWait) =>
         Effect.flatMap(
-          waiting.announce(Duration.toMillis(maxWait)),
+          Effect.mapError(
+            waiting.announce(Duration.toMillis(maxWait)),
+            (error) => options.toError(names[0]!, "announceWait", error)
+          ),
           (announced) => announced ? Effect.void : options.wakeups.wait(subscription, maxWait)
         )
     }

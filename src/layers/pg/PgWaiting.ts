@@ -10,6 +10,7 @@
  *
  * @internal
  */
+import type { SqlError } from "@effect/sql/SqlError"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -24,7 +25,7 @@ export interface Waiting {
    * Before a wait of `ms`: `true` when the session had to announce it (the caller claims again before waiting),
    * `false` when its announcement covers the wait (or it cannot be woken: nothing to announce).
    */
-  readonly announce: (ms: number) => Effect.Effect<boolean>
+  readonly announce: (ms: number) => Effect.Effect<boolean, SqlError>
   /** Whether the session has announced that it waits. */
   readonly announced: () => boolean
   /** After a claim that leased messages: the session no longer waits (the retraction runs in the background). */
@@ -51,20 +52,18 @@ export const make = (options: {
     fiber === undefined ? Effect.void : Fiber.join(fiber)
   const settled = Effect.suspend(() => awaitFiber(retracting))
 
-  const announce = (ms: number): Effect.Effect<boolean> =>
+  const announce = (ms: number): Effect.Effect<boolean, SqlError> =>
     Effect.suspend(() => {
       const now = performance.now()
       if (!options.listens || announcedUntil >= now + ms + 1_000) return Effect.succeed(false)
       const lifetime = 2 * ms + slackMs
       return settled.pipe(
         Effect.zipRight(statements.announce(queues, worker, lifetime)),
+        // An interruption may leave an announcement this session does not know of: it lapses.
         Effect.map(() => {
           announcedUntil = now + lifetime
           return true
-        }),
-        // Storage trouble: the wait polls as if nobody could wake it (the next claim reports the trouble). An
-        // interruption may leave an announcement this session does not know of: it lapses.
-        Effect.catchAll(() => Effect.succeed(false))
+        })
       )
     })
 
