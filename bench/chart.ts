@@ -12,10 +12,10 @@ export interface Bar {
   readonly ours: boolean
 }
 
-const escape = (s: string) =>
+export const escape = (s: string) =>
   s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;")
 
-const niceStep = (max: number): number => {
+export const niceStep = (max: number): number => {
   const raw = max / 5
   const magnitude = 10 ** Math.floor(Math.log10(raw))
   const n = raw / magnitude
