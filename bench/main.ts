@@ -8,8 +8,10 @@
  * worker consumes), memory (worker RSS in a child process), latency (commit → handler start on an idle worker, and
  * delayed messages: due → handler start), recovery (SIGKILL of a worker holding messages → redelivery by an idle
  * rival) and drain (a 1 000 000-message backlog drained by one worker: its rate at the start and at the end, what a
- * claim reads, the table's size; bench/drain.ts). Prints the tables; unless `--no-write`, regenerates
- * BENCHMARKS.md's results section and bench/burn-down.svg. `--help` lists the options.
+ * claim reads, the table's size; bench/drain.ts) and sustained (producers at 50 % and 90 % of their maximum rate while a
+ * worker consumes, for minutes: latency, table size, autovacuum over time; bench/sustained.ts). Prints the tables;
+ * unless `--no-write`, regenerates BENCHMARKS.md's results section, bench/burn-down.svg and bench/sustained.svg.
+ * `--help` lists the options.
  */
 import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -37,6 +39,9 @@ import * as PgBoss from "./pgboss.js"
 import * as Raw from "./raw.js"
 import * as Recovery from "./recovery.js"
 import { mb, rate, ratio, signedMb, summarize, type Summary, table } from "./stats.js"
+import { sustainedSvg } from "./sustained-chart.js"
+import * as SustainedReport from "./sustained-report.js"
+import * as Sustained from "./sustained.js"
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
@@ -73,6 +78,10 @@ interface Options {
   readonly leaseMs: number
   readonly drainMessages: number
   readonly drainRounds: number
+  readonly sustainedSeconds: number
+  readonly sustainedHalfSeconds: number
+  readonly sustainedMaxSeconds: number
+  readonly sustainedWarmupSeconds: number
 }
 
 const usage = `npm run bench -- [options]
@@ -81,13 +90,14 @@ const usage = `npm run bench -- [options]
   --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
-  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain (default: all)
+  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain,sustained (default: all)
   --only IDS              contenders to run, by id (e.g. ours-500,raw; ordered: ours, pgboss, graphile, or with
                           an ordered- prefix; dispatch: ours, ours-keyed, ours-worker (a worker consuming
                           meanwhile), bare-insert (the baseline), graphile, graphile-keyed, pgboss,
                           pgboss-keyed; latency: ours, graphile-default, ours-own-process,
                           graphile-default-own-process (the producer in a process of its own), or with a
-                          latency- prefix; recovery: ours or recovery-ours; drain: ours or drain-ours)
+                          latency- prefix; recovery: ours or recovery-ours; drain: ours or drain-ours;
+                          sustained: ours or sustained-ours)
   --rounds N              rounds per figure (default 3; quick 1)
   --messages N            burn-down messages (default 50000; quick 500)
   --cap S                 time cap of one burn-down round in seconds (default 10; ordered too)
@@ -112,6 +122,13 @@ const usage = `npm run bench -- [options]
   --lease MS              recovery: the lease (redeliverTimeout) of both workers (default 2000)
   --drain-messages N      drain: the backlog one worker drains (default 1000000; quick 20000)
   --drain-rounds N        drain: rounds, each on a fresh database (default 2; quick 1)
+  --sustained-seconds S   sustained: the run at 90 % of the max rate (default 300; quick 3)
+  --sustained-half-seconds S
+                          sustained: the run at 50 % of the max rate (default 120; quick 3)
+  --sustained-max-seconds S
+                          sustained: the unthrottled run measuring the max rate (default 15; quick 2)
+  --sustained-warmup S    sustained: each run's warm-up at its rate, fresh processes, not measured (default 10;
+                          quick 1)
 
 DATABASE_URL set: that server is used (a role that may create databases); otherwise an embedded
 PostgreSQL 15 is started in a temporary directory and removed at the end.`
@@ -155,7 +172,11 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     "recovery-rounds",
     "lease",
     "drain-messages",
-    "drain-rounds"
+    "drain-rounds",
+    "sustained-seconds",
+    "sustained-half-seconds",
+    "sustained-max-seconds",
+    "sustained-warmup"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -183,7 +204,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     json: flags.has("json"),
     noFsync: flags.has("no-fsync"),
     scenarios: list("scenarios") ??
-      new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery", "drain"]),
+      new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery", "drain", "sustained"]),
     only: list("only"),
     rounds: Math.floor(num("rounds", 3, 1)),
     messages: Math.floor(num("messages", 50_000, 500)),
@@ -207,7 +228,11 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     recoveryRounds: Math.floor(num("recovery-rounds", 3, 1)),
     leaseMs: num("lease", 2000, 2000),
     drainMessages: Math.max(100, Math.floor(num("drain-messages", 1_000_000, 20_000))),
-    drainRounds: Math.max(1, Math.floor(num("drain-rounds", 2, 1)))
+    drainRounds: Math.max(1, Math.floor(num("drain-rounds", 2, 1))),
+    sustainedSeconds: num("sustained-seconds", 300, 3),
+    sustainedHalfSeconds: num("sustained-half-seconds", 120, 3),
+    sustainedMaxSeconds: num("sustained-max-seconds", 15, 2),
+    sustainedWarmupSeconds: num("sustained-warmup", 10, 1)
   }
 }
 
@@ -1180,9 +1205,20 @@ const main = async () => {
         warmupMessages: o.quick ? 0 : drainWarmupMessages
       }, log)
       : undefined
+    const sustained = o.scenarios.has("sustained") && selected(o, "sustained", "ours")
+      ? await Sustained.run(cluster.adminUrl, {
+        producers: o.producers,
+        batchSize: o.batchSize,
+        maxSeconds: o.sustainedMaxSeconds,
+        loads: [{ load: 0.5, seconds: o.sustainedHalfSeconds }, { load: 0.9, seconds: o.sustainedSeconds }],
+        warmupSeconds: o.sustainedWarmupSeconds,
+        intervalSeconds: o.quick ? 1 : 10
+      }, log)
+      : undefined
     const ts = [
       ...targets(burnDown, ordered, dispatch, memory, latency, delayed, recovery, o),
-      ...(drain ? Drain.targets(drain) : [])
+      ...(drain ? Drain.targets(drain) : []),
+      ...(sustained ? SustainedReport.targets(sustained) : [])
     ]
     const elapsed = (performance.now() - began) / 1000
 
@@ -1316,6 +1352,7 @@ const main = async () => {
       )
     }
     if (drain) sections.push(Drain.section(drain))
+    if (sustained) sections.push(SustainedReport.section(sustained, o.write ? "bench/sustained.svg" : undefined))
     sections.push(`### Targets\n\n${targetsTable(ts)}`)
 
     const printed = sections.join("\n\n")
@@ -1357,7 +1394,16 @@ const main = async () => {
         )
         fs.writeFileSync(path.join(root, "bench", "burn-down.svg"), svg)
       }
-      log(`wrote BENCHMARKS.md${burnDown ? " and bench/burn-down.svg" : ""}`)
+      if (sustained) {
+        fs.writeFileSync(
+          path.join(root, "bench", "sustained.svg"),
+          sustainedSvg(
+            sustained,
+            `${cpus.length} cores, PostgreSQL ${info.version} (fsync=${info.settings.fsync}), ${date}`
+          )
+        )
+      }
+      log(`wrote BENCHMARKS.md${burnDown ? ", bench/burn-down.svg" : ""}${sustained ? ", bench/sustained.svg" : ""}`)
     }
     if (o.json) {
       console.log(
@@ -1374,6 +1420,7 @@ const main = async () => {
             delayed,
             recovery,
             drain,
+            sustained,
             targets: ts
           })
         }`
