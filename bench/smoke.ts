@@ -3,7 +3,7 @@
  * `bench/main.ts --quick --no-write --json` on the library as it ships (the compiled dist/, through
  * bench/compiled-library.mjs; `npm run bench:smoke` builds it first) and checks its output: every contender
  * runs and prints a positive figure (the ordering-keys burn-down: every contender over every key count; the drain: its
- * rates and claim probes), the raw-SQL contender still runs the transport's own statements, and the tables name every
+ * rates and claim probes; the sustained load: its maximum, both paced runs and their windows), the raw-SQL contender still runs the transport's own statements, and the tables name every
  * contender. It never rewrites BENCHMARKS.md (`--no-write`). Then a small run of
  * `bench/observability.ts` (every configuration prints a positive rate).
  *
@@ -56,7 +56,21 @@ interface BenchJson {
     readonly buffersStart: Figure
     readonly buffersEnd: Figure
   }
+  readonly sustained: {
+    readonly max: SustainedPhase
+    readonly phases: ReadonlyArray<SustainedPhase>
+  }
   readonly targets: ReadonlyArray<{ readonly name: string }>
+}
+
+interface SustainedPhase {
+  readonly load: number | null
+  readonly achievedRate: number
+  readonly handledRate: number
+  readonly lost: number
+  readonly latency: Percentiles
+  readonly ticks: ReadonlyArray<{ readonly tableBytes: number }>
+  readonly intervals: ReadonlyArray<{ readonly handled: number }>
 }
 
 /** The arguments that run a benchmark program on the compiled library. */
@@ -197,9 +211,25 @@ const checkResult = (result: BenchJson, stdout: string) => {
     "drain: the claim probes read no buffers"
   )
 
+  // The sustained load: the maximum, then 50 % and 90 % of it; every message handled, every window read.
+  const sustained = result.sustained
+  check(sustained.max.achievedRate > 0, `sustained: max rate ${sustained.max.achievedRate}, expected > 0`)
+  check(
+    JSON.stringify(sustained.phases.map((p) => p.load)) === "[0.5,0.9]",
+    `sustained: loads ${JSON.stringify(sustained.phases.map((p) => p.load))}, expected [0.5,0.9]`
+  )
+  for (const p of [sustained.max, ...sustained.phases]) {
+    const what = `sustained ${p.load === null ? "max" : p.load}`
+    check(p.achievedRate > 0 && p.handledRate > 0, `${what}: rates ${p.achievedRate}/${p.handledRate}, expected > 0`)
+    check(p.lost === 0, `${what}: ${p.lost} messages not handled`)
+    check(p.latency.count > 0 && p.latency.p50 <= p.latency.p99, `${what}: latency ${JSON.stringify(p.latency)}`)
+    check(p.intervals.length > 0 && p.intervals.every((w) => w.handled > 0), `${what}: an interval handled nothing`)
+    check(p.ticks.length > 1 && p.ticks.every((t) => t.tableBytes > 0), `${what}: table sizes not read`)
+  }
+
   // 12, 3 of the ordering keys over 1 000 keys (against ours without keys, pg-boss and graphile-worker), 3 of the
-  // dispatch (against a bare INSERT, graphile-worker and pg-boss) and 2 of the drain.
-  check(result.targets.length === 20, `targets: ${result.targets.length}, expected 20`)
+  // dispatch (against a bare INSERT, graphile-worker and pg-boss), 2 of the drain and 2 of the sustained load.
+  check(result.targets.length === 22, `targets: ${result.targets.length}, expected 22`)
 
   // The printed tables name every contender.
   for (
@@ -216,6 +246,7 @@ const checkResult = (result: BenchJson, stdout: string) => {
       "### Latency",
       "### Recovery",
       "### Drain",
+      "### Sustained load",
       "### Targets"
     ]
   ) {
