@@ -37,7 +37,7 @@ const rawConsume = async (url: string, onHandled: () => void) => {
   await client.connect()
   let ids: Array<string> = []
   while (true) {
-    const { rows } = await client.query<{ id: string | null }>(Raw.claimSql, ["outbox", 30000, batch, ids, true])
+    const { rows } = await client.query<{ id: string | null }>(Raw.claimSql, ["outbox", 30000, batch, ids, true, null])
     // Leased nothing: one row with a NULL id (the claim also deleted the last batch).
     if (rows.length === 0 || rows[0]!.id === null) break
     ids = rows.map((r) => r.id!)

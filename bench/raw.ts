@@ -64,7 +64,7 @@ export const burnDown = (batchSize: number): BurnDownContender => ({
           capped = true
           break
         }
-        const { rows } = await client.query<Row>(claimSql, [queue, leaseMs, batchSize, ids, true])
+        const { rows } = await client.query<Row>(claimSql, [queue, leaseMs, batchSize, ids, true, null])
         // Leased nothing: one row with a NULL id (and when the next message is due).
         if (rows.length === 0 || rows[0]!.id === null) {
           ids = [] // deleted by this very call

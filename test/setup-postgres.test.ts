@@ -45,7 +45,8 @@ describe("PostgreSQL setup", () => {
         [5, "claim_extreme_values"],
         [6, "ordering_keys"],
         [7, "claim_acked_keys_first"],
-        [8, "waiting_workers"]
+        [8, "waiting_workers"],
+        [9, "claim_floor"]
       ])
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
@@ -86,7 +87,7 @@ describe("PostgreSQL setup", () => {
       // Asked for it ($5, as a worker's session sends the call), the function relaxes the commit of its own
       // transaction only.
       const relaxed = yield* sql.withTransaction(Effect.gen(function*() {
-        yield* sql.unsafe(claimCall(table), ["outbox", 30000, 1, [], true])
+        yield* sql.unsafe(claimCall(table), ["outbox", 30000, 1, [], true, null])
         const [setting] = yield* sql<{ value: string }>`SELECT current_setting('synchronous_commit') AS value`
         return setting!.value
       }))

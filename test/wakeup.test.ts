@@ -300,7 +300,8 @@ describe("an empty claim says when the next message is due", () => {
           30000,
           10,
           [],
-          false
+          false,
+          null
         ]).pipe(Effect.map((rows) => rows.map(({ available_ms, id }) => ({ id, available_ms }))))
         const dueOf = (claimed: { readonly nextDue: Option.Option<Duration.Duration> }) =>
           Duration.toMillis(Option.getOrThrow(claimed.nextDue))

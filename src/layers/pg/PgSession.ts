@@ -63,6 +63,7 @@ export const open = (options: SessionOptions) =>
     const connection = options.ownConnection ? HeldConnection.make(options.sql, applicationName) : undefined
     if (connection !== undefined) yield* Effect.addFinalizer(() => connection.release)
     const text = claimCall(options.table)
+    const floors = new Map<string, Floor>()
     const inTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
       Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
 
@@ -73,15 +74,29 @@ export const open = (options: SessionOptions) =>
         const { queueName, redeliverTimeoutMs: leaseMs } = transport
         const batch = Math.max(1, Math.floor(batchSize))
         const sentAt = performance.now()
+        const floor = floors.get(queueName)
+        const sweep = floor === undefined || !floor.full || sentAt - floor.sweptAt >= sweepEveryMs
         // Inside a caller's transaction: its connection, and its commit (never relaxed).
         const tx = inTransaction(fiber)
-        const viaSql = () => options.exec(statements.claim(queueName, leaseMs, batch, acks, !tx))
-        const rows = connection === undefined || tx
-          ? viaSql()
-          : connection.execute<ClaimedRow>(text, [queueName, leaseMs, batch, acks, true], viaSql)
+        const call = (size: number, ids: ReadonlyArray<string>, floorMs: number | null) => {
+          const viaSql = () => options.exec(statements.claim(queueName, leaseMs, size, ids, !tx, floorMs))
+          return connection === undefined || tx
+            ? viaSql()
+            : connection.execute<ClaimedRow>(text, [queueName, leaseMs, size, ids, true, floorMs], viaSql)
+        }
+        const rows = sweep ? call(batch, acks, null) : Effect.flatMap(call(batch, acks, floor.floorMs), (above) => {
+          // Short above the floor: the rest from the start, so that a short answer always means "nothing more".
+          const leased = leasedCount(above)
+          return leased >= batch
+            ? Effect.succeed(above)
+            : Effect.map(call(batch - leased, [], null), (all) =>
+              leased === 0 ? all : leasedCount(all) === 0 ? above : [...above, ...all])
+        })
         const answered = Effect.mapBoth(rows, {
-          onFailure: (error) => options.toError(name, acks.length === 0 ? "claim" : "ackAndClaim", error),
+          onFailure: (error) =>
+            options.toError(name, acks.length === 0 ? "claim" : "ackAndClaim", error),
           onSuccess: (claimed): Claimed => {
+            floors.set(queueName, nextFloor(floor, claimed, batch, sweep ? sentAt : floor!.sweptAt))
             // Leased nothing: the one row says when the next message is due.
             if (claimed.length === 1 && claimed[0]!.id === null) {
               return { messages: [], nextDue: untilDue(sentAt, claimed[0]!.available_ms) }
@@ -109,6 +124,52 @@ export const open = (options: SessionOptions) =>
         )
     }
   })
+
+/**
+ * Where a session's next claim of a queue starts its unkeyed scan. The claim index begins with the entries of
+ * acked rows (until a vacuum removes them) and of leased ones, so a claim that always scanned from the start
+ * would read more of them the longer a backlog drains. A floor a little below the oldest unkeyed row of the last
+ * claim skips them. It is used only while claims come back full (a backlog drains): rows can appear below it —
+ * released, redelivered once a lease ran out, or committed by a transaction that began long before (a row is
+ * available from its transaction's start) — so a claim after one that came back short, and one every
+ * `sweepEveryMs`, scan from the start; a claim that comes back short above the floor takes the rest from the
+ * start at once (a short answer always means "nothing more"); the margin keeps the usual late commit above it.
+ */
+interface Floor {
+  /** Epoch ms (the database's clock), or `null`: from the start. */
+  readonly floorMs: number | null
+  /** Whether the last claim leased as many rows as it asked for. */
+  readonly full: boolean
+  /** When (`performance.now()`) the last claim from the start was sent. */
+  readonly sweptAt: number
+}
+
+/** A claim from the start at least this often (ms). */
+const sweepEveryMs = 1_000
+
+/** How far below the oldest row of the last claim the floor is (ms). */
+const floorMarginMs = 1_000
+
+/** The rows a claim leased (an empty claim answers with one row of nothing). */
+const leasedCount = (claimed: ReadonlyArray<ClaimedRow>): number =>
+  claimed.length === 1 && claimed[0]!.id === null ? 0 : claimed.length
+
+const nextFloor = (
+  previous: Floor | undefined,
+  claimed: ReadonlyArray<ClaimedRow>,
+  batch: number,
+  sweptAt: number
+): Floor => {
+  let oldest = Infinity
+  for (const row of claimed) {
+    if (row.ordering_key === null && row.id !== null && row.available_ms! < oldest) oldest = row.available_ms!
+  }
+  return {
+    floorMs: Number.isFinite(oldest) ? oldest - floorMarginMs : previous?.floorMs ?? null,
+    full: leasedCount(claimed) >= batch,
+    sweptAt
+  }
+}
 
 const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
   id: row.id!,

@@ -1,5 +1,5 @@
 /**
- * The text of the table's claim function as each migration creates it (migrations 3 to 7), kept apart from the
+ * The text of the table's claim function as each migration creates it (migrations 3 to 9), kept apart from the
  * migrations that run them. A version that ran once must keep its text, so each is its own constant and only the
  * fragments later versions share are factored out.
  *
@@ -284,7 +284,18 @@ ${unkeyedFillAndNextDue(t, keys)}`
  * batch, as migration 5's claim takes them.
  */
 export const claimFunctionV7 = (t: string, fn: string, seq: string, keys: string) =>
-  `${claimSignature(fn)}  leased int := 0;
+  `${claimSignature(fn)}${keyedClaim(t, seq, keys, ackedByIds(t))}${unkeyedFillAndNextDue(t, keys)}`
+
+/** The acked rows of `queue`, deleted by their ids (migration 7). */
+const ackedByIds = (t: string) =>
+  `    WITH done AS (DELETE FROM ${t} AS d WHERE d.id = ANY(acked) AND d.queue_name = queue RETURNING d.ordering_key)`
+
+/**
+ * Migration 7's claim up to its unkeyed fill: the acks (`ackedRows`, a `done` CTE returning the deleted rows'
+ * keys), then the keys. Migration 9's claim differs only in its signature, its acks and its unkeyed fill.
+ */
+const keyedClaim = (t: string, seq: string, keys: string, ackedRows: string) =>
+  `  leased int := 0;
   unkeyed int := 0;
   rounds int := 0;
   acked_keys text[];
@@ -296,7 +307,7 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   IF cardinality(acked) > 0 THEN
-    WITH done AS (DELETE FROM ${t} AS d WHERE d.id = ANY(acked) AND d.queue_name = queue RETURNING d.ordering_key)
+${ackedRows}
     SELECT array_agg(DISTINCT done.ordering_key) INTO acked_keys FROM done WHERE done.ordering_key IS NOT NULL;
   END IF;
   IF cardinality(acked_keys) > 0 THEN
@@ -362,4 +373,74 @@ ${leaseHeads(t)}    GET DIAGNOSTICS leased = ROW_COUNT;
     EXIT WHEN keyed >= batch_size OR rounds >= 3;
   END LOOP;
 
-${unkeyedFillAndNextDue(t, keys)}`
+`
+
+/** Migration 9's signature: a sixth argument, the floor of the unkeyed scan (epoch ms, NULL: from the start). */
+const claimSignatureV9 = (fn: string) =>
+  `CREATE OR REPLACE FUNCTION ${fn}(
+  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean, floor_ms float8
+) RETURNS TABLE (
+  id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int,
+  ordering_key text
+) LANGUAGE plpgsql AS $claim$
+#variable_conflict use_column
+DECLARE
+  lease interval := lease_ms * interval '1 millisecond';
+  keyed int := 0;
+  floor_at timestamptz := coalesce('epoch'::timestamptz + floor_ms * interval '1 millisecond', '-infinity');
+`
+
+/**
+ * The acked rows of `queue`, deleted through a join on their ids: a plan the function caches for its session
+ * (PL/pgSQL's generic plan) then looks them up by primary key even on a table never analyzed, where `id =
+ * ANY(acked) AND queue_name = queue` made it scan the claim index once per id.
+ */
+const ackedByJoin = (t: string) =>
+  `    WITH done AS (DELETE FROM ${t} AS d USING unnest(acked) AS a(id)
+      WHERE d.id = a.id AND d.queue_name = queue RETURNING d.ordering_key)`
+
+/**
+ * Migration 9's unkeyed fill and next-due answer: as migration 7's, from `floor_at` on. The claim index's first
+ * entries are those of acked (deleted) rows until a vacuum removes them, and of leased rows: a scan that starts
+ * at the floor skips them in the index's descent instead of reading them one by one.
+ */
+const unkeyedFillAndNextDueV9 = (t: string, keys: string) =>
+  `  IF keyed < batch_size THEN
+    RETURN QUERY
+    WITH next AS MATERIALIZED (
+      SELECT ready.id FROM ${t} AS ready
+      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
+        AND ready.available_at >= floor_at AND ready.available_at <= now()
+        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
+      ORDER BY ready.available_at, ready.id
+      LIMIT batch_size - keyed
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE ${t} AS m SET delivered_at = now(),
+      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+    WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
+    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+      m.delivery_count, NULL::text;
+    GET DIAGNOSTICS unkeyed = ROW_COUNT;
+  END IF;
+
+  IF keyed + unkeyed = 0 THEN
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
+      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
+        AND available_at >= floor_at ORDER BY available_at LIMIT 1),
+      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL
+        AND available_at >= floor_at AND available_at <= now() AND delivered_at IS NOT NULL) + lease,
+      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
+    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
+  END IF;
+END
+$claim$`
+
+/**
+ * Migration 9's claim: migration 7's, with the floor of its unkeyed scan (`floor_ms`, from the worker: a little
+ * below the oldest row its last claim took; NULL looks from the start, as the worker does every second for the
+ * rows below any floor — released, redelivered after a lease, committed late) and its acks by primary key.
+ */
+export const claimFunctionV9 = (t: string, fn: string, seq: string, keys: string) =>
+  `${claimSignatureV9(fn)}${keyedClaim(t, seq, keys, ackedByJoin(t))}${unkeyedFillAndNextDueV9(t, keys)}`

@@ -14,7 +14,8 @@ import {
   claimFunctionV4,
   claimFunctionV5,
   claimFunctionV6,
-  claimFunctionV7
+  claimFunctionV7,
+  claimFunctionV9
 } from "./claimFunctions.js"
 import { claimFunction, keySequences, keyStates, quote, waitingWorkers } from "./identifiers.js"
 
@@ -156,6 +157,11 @@ export const loader = (table: string) => {
         expires_at timestamptz NOT NULL,
         PRIMARY KEY (queue_name, worker)
       )`)
+    }),
+    // A new overload (a sixth argument): workers of the previous version go on calling the five-argument one.
+    "9_claim_floor": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql.unsafe(claimFunctionV9(t, fn, quote(keySequences(table)), quote(keyStates(table))))
     })
   })
 }

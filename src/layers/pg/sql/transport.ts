@@ -66,13 +66,14 @@ export interface StatsRow {
 
 /**
  * The claim call as text, as the worker's session sends it on its own connection: $1 queue, $2 lease in ms,
- * $3 batch size, $4 the ids to delete first (bigint[]), $5 relaxed commit (the claim is its own transaction).
- * The function is migration 4's (`migrations.ts`).
+ * $3 batch size, $4 the ids to delete first (bigint[]), $5 relaxed commit (the claim is its own transaction),
+ * $6 the floor of the unkeyed scan (epoch ms, NULL: from the start). The function is migration 9's
+ * (`claimFunctions.ts`).
  *
  * @internal
  */
 export const claimCall = (table: string): string =>
-  `SELECT * FROM ${quote(claimFunction(table))}($1, $2, $3, $4::bigint[], $5)`
+  `SELECT * FROM ${quote(claimFunction(table))}($1, $2, $3, $4::bigint[], $5, $6::float8)`
 
 /** The statements of one table. @internal */
 export const make = (sql: SqlClient.SqlClient, table: string, options: { readonly channel: string | undefined }) => {
@@ -190,10 +191,17 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
         )`
       return notifyingRows(queue, inserted)
     },
-    claim: (queue: string, leaseMs: number, batchSize: number, acked: ReadonlyArray<string>, relaxed: boolean) =>
+    claim: (
+      queue: string,
+      leaseMs: number,
+      batchSize: number,
+      acked: ReadonlyArray<string>,
+      relaxed: boolean,
+      floorMs: number | null
+    ) =>
       sql<ClaimedRow>`SELECT * FROM ${sql(claimFunction(table))}(${queue}, ${leaseMs}, ${batchSize}, ${
         ids(acked)
-      }, ${relaxed})`,
+      }, ${relaxed}, ${floorMs}::float8)`,
     ack: (queue: string, values: ReadonlyArray<string>) =>
       keysDue(queue, sql`DELETE FROM ${t} WHERE id = ANY(${ids(values)}) AND queue_name = ${queue}`),
     retry: (queue: string, id: string, delayMs: number, headers: string) =>
