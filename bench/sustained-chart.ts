@@ -30,7 +30,8 @@ const panel = (
   unit: string,
   xMax: number,
   series: ReadonlyArray<Series>,
-  marks: ReadonlyArray<{ readonly x: number; readonly color: string }>
+  marks: ReadonlyArray<{ readonly x: number; readonly color: string }>,
+  log = false
 ): Array<string> => {
   const left = 70
   const width = 860 - left - 30
@@ -38,13 +39,20 @@ const panel = (
   const yMax = Math.max(0, ...series.flatMap((s) => s.points.map((p) => (Number.isFinite(p[1]) ? p[1] : 0))))
   const yScale = scaleOf(yMax)
   const x = (v: number) => left + (v / xStep.top) * width
-  const y = (v: number) => y0 + height - (Math.max(0, v) / yScale.top) * height
+  // Log scale: decades from 0.1 to the first power of ten at or above the largest value (values below 0.1 at 0.1).
+  const decades = Math.max(1, Math.ceil(Math.log10(Math.max(yMax, 1))) + 1)
+  const y = log
+    ? (v: number) => y0 + height - ((Math.log10(Math.max(0.1, v)) + 1) / decades) * height
+    : (v: number) => y0 + height - (Math.max(0, v) / yScale.top) * height
   const out = [`<text x="${left}" y="${y0 - 10}" font-weight="600" fill="#111">${escape(title)}</text>`]
-  for (let v = 0; v <= yScale.top + 1e-9; v += yScale.step) {
+  const gridValues = log
+    ? Array.from({ length: decades + 1 }, (_, k) => 10 ** (k - 1))
+    : Array.from({ length: Math.round(yScale.top / yScale.step) + 1 }, (_, k) => k * yScale.step)
+  for (const v of gridValues) {
     out.push(
       `<line x1="${left}" y1="${y(v).toFixed(1)}" x2="${left + width}" y2="${y(v).toFixed(1)}" stroke="#e5e5e5"/>`,
       `<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end" fill="#777" font-size="11">${
-        escape(fmt(v, yScale.step))
+        escape(log ? String(v) : fmt(v, yScale.step))
       }${v === 0 ? "" : ` ${unit}`}</text>`
     )
   }
@@ -115,20 +123,21 @@ export const sustainedSvg = (r: SustainedResult, subtitle: string): string => {
     `<text x="16" y="24" font-size="16" font-weight="600" fill="#111">Sustained load: latency and table size over time</text>`,
     `<text x="16" y="44" fill="#555">${
       escape(
-        `${r.producers} producers paced at a fraction of their max (${
+        `${r.producers} producers (max ${
           rate(r.max.achievedRate)
-        } commits/s), one worker (batch ${r.batchSize}); ${subtitle}`
+        } commits/s), 1 worker (batch ${r.batchSize}); ${subtitle}`
       )
     }</text>`,
     ...legend,
     ...panel(
       110,
       190,
-      `Commit → handler start, per ${r.intervalSeconds} s (by commit time)`,
+      `Commit → handler start, per ${r.intervalSeconds} s by commit time (log scale)`,
       "ms",
       xMax,
       latency,
-      []
+      [],
+      true
     ),
     ...panel(
       370,
