@@ -26,9 +26,12 @@ export interface DrainOptions {
 export interface Probe {
   /** Messages handled when the probe was asked for. */
   readonly handled: number
-  /** Shared buffers hit + read by the statement's execution (planning not included). */
+  /** Shared buffers hit + read by the lookup from the worker's floor (planning not included). */
   readonly buffers: number
   readonly ms: number
+  /** The same from the start of the index, as the worker's claim every second and after a short one. */
+  readonly fromStartBuffers: number
+  readonly fromStartMs: number
   /** Rows the lookup returned (locked, then released by the rollback). */
   readonly rows: number
   /** The index it scanned. */
@@ -78,6 +81,9 @@ export interface DrainResult {
   readonly buffersRatio: Summary
   readonly msStart: Summary
   readonly msEnd: Summary
+  /** The lookup from the start of the index (a claim every second, and after a short one). */
+  readonly fromStartBuffersStart: Summary
+  readonly fromStartBuffersEnd: Summary
   readonly overall: Summary
 }
 
@@ -94,11 +100,11 @@ const drainCapMs = 30 * 60_000
 /**
  * The row lookup of the claim function's unkeyed path (`unkeyedFillAndNextDue` in
  * src/layers/pg/sql/claimFunctions.ts, copied: the claim runs it inside the function), with the function's arguments
- * as parameters: $1 queue, $2 lease in ms, $3 the rows to take.
+ * as parameters: $1 queue, $2 lease in ms, $3 the rows to take, $4 the floor (the session's, in PgSession.ts).
  */
 export const lookupSql = `SELECT ready.id FROM "${table}" AS ready
       WHERE ready.queue_name = $1 AND ready.ordering_key IS NULL
-        AND ready.available_at <= now()
+        AND ready.available_at >= $4::timestamptz AND ready.available_at <= now()
         AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - $2::float8 * interval '1 millisecond'
           OR ready.delivered_at = 'infinity')
       ORDER BY ready.available_at, ready.id
@@ -116,18 +122,24 @@ interface PlanNode {
 const indexOf = (node: PlanNode): string | undefined =>
   node["Index Name"] ?? node.Plans?.map(indexOf).find((name) => name !== undefined)
 
-/** One probe: the lookup under `EXPLAIN (ANALYZE, BUFFERS)` in a transaction rolled back (its row locks released). */
-const probe = async (client: pg.Client, batchSize: number, handled: number): Promise<Probe> => {
+/**
+ * The worker's floor as its session computes it, read from the rows in flight: a second below the oldest leased
+ * row (its last claims' rows are leased; a little lower than the session's own floor, if anything).
+ */
+const floorSql = `SELECT coalesce(min(available_at) - interval '1 second', '-infinity') AS floor FROM "${table}"
+  WHERE queue_name = $1 AND ordering_key IS NULL AND delivered_at IS NOT NULL`
+
+/** The lookup from `floor` under `EXPLAIN (ANALYZE, BUFFERS)` in a transaction rolled back (its row locks released). */
+const explain = async (client: pg.Client, batchSize: number, floor: string) => {
   await client.query("BEGIN")
   try {
     const { rows } = await client.query<{ "QUERY PLAN": Array<{ Plan: PlanNode; "Execution Time": number }> }>(
       `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${lookupSql}`,
-      [queue, leaseMs, batchSize]
+      [queue, leaseMs, batchSize, floor]
     )
     const explained = rows[0]!["QUERY PLAN"][0]!
     const plan = explained.Plan
     return {
-      handled,
       buffers: (plan["Shared Hit Blocks"] ?? 0) + (plan["Shared Read Blocks"] ?? 0),
       ms: explained["Execution Time"],
       rows: plan["Actual Rows"] ?? 0,
@@ -137,6 +149,17 @@ const probe = async (client: pg.Client, batchSize: number, handled: number): Pro
     await client.query("ROLLBACK")
   }
 }
+
+/** One probe: the lookup from the worker's floor, then from the start. */
+const probe = async (client: pg.Client, batchSize: number, handled: number): Promise<Probe> => {
+  const { rows } = await client.query<{ floor: string }>({ text: floorSql, values: [queue], types: textTypes })
+  const fromFloor = await explain(client, batchSize, rows[0]!.floor)
+  const fromStart = await explain(client, batchSize, "-infinity")
+  return { handled, ...fromFloor, fromStartBuffers: fromStart.buffers, fromStartMs: fromStart.ms }
+}
+
+/** Timestamps read back as text, passed on as they came. */
+const textTypes = { getTypeParser: () => (value: string) => value }
 
 /** An autovacuum worker's progress row for the table `relid`. */
 const autovacuumOf = (relid: string) =>
@@ -291,7 +314,11 @@ export const run = async (
       const r = await withDeadline(round(db.url, options), drainCapMs + 30 * 60_000, "drain round")
       rounds.push(r)
       const ps = (list: ReadonlyArray<Probe>) =>
-        list.map((p) => `${p.buffers} buffers/${p.ms.toFixed(1)} ms/${p.rows} rows at ${p.handled}`).join(", ")
+        list.map((p) =>
+          `${p.buffers} buffers/${
+            p.ms.toFixed(1)
+          } ms/${p.rows} rows (from the start ${p.fromStartBuffers}) at ${p.handled}`
+        ).join(", ")
       log(
         `drain round ${i + 1}/${options.rounds}: seeded in ${r.seedSeconds.toFixed(1)} s, drained in ${
           r.drainSeconds.toFixed(1)
@@ -327,6 +354,8 @@ export const run = async (
     buffersRatio: of((r) => bufferMedian(r.endProbes) / bufferMedian(r.startProbes)),
     msStart: of((r) => median(r.startProbes.map((p) => p.ms))),
     msEnd: of((r) => median(r.endProbes.map((p) => p.ms))),
+    fromStartBuffersStart: of((r) => median(r.startProbes.map((p) => p.fromStartBuffers))),
+    fromStartBuffersEnd: of((r) => median(r.endProbes.map((p) => p.fromStartBuffers))),
     overall: of((r) => options.messages / r.drainSeconds)
   }
 }
@@ -365,7 +394,9 @@ export const section = (d: DrainResult): string => {
     [`claim lookup near the end (${endPoints.map(percent).join(", ")}): buffers`, d.buffersEnd, fixed(0)],
     ["buffers near the end ÷ near the start", d.buffersRatio, fixed(2)],
     ["claim lookup near the start: execution time (ms)", d.msStart, fixed(2)],
-    ["claim lookup near the end: execution time (ms)", d.msEnd, fixed(2)]
+    ["claim lookup near the end: execution time (ms)", d.msEnd, fixed(2)],
+    ["the same lookup from the start of the index, near the start: buffers", d.fromStartBuffersStart, fixed(0)],
+    ["the same from the start, near the end: buffers", d.fromStartBuffersEnd, fixed(0)]
   ]
   const figuresTable = markdown(
     ["figure", "median", "min – max"],
@@ -422,7 +453,9 @@ export const section = (d: DrainResult): string => {
     }; the claim lookup ` +
     `is the unkeyed claim's \`SELECT … ORDER BY available_at, id LIMIT ${d.batchSize} FOR UPDATE SKIP LOCKED\` ` +
     `under \`EXPLAIN (ANALYZE, BUFFERS)\` from a connection of its own, rolled back, while the worker runs (shared ` +
-    `buffers hit + read, median of three probes).\n\n` +
+    `buffers hit + read, median of three probes), from the worker's floor as its session sets it while claims come ` +
+    `back full (a second below the oldest row in flight), and again from the start of the index, as the session's ` +
+    `claim once a second and after a short claim reads it.\n\n` +
     figuresTable +
     "\n\nTable and indexes (`pg_relation_size`, `pg_indexes_size`; `pg_stat_user_tables`). An autovacuum of the " +
     `table seen running during the drain (looked for every second): ${seen}${
