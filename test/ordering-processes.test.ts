@@ -226,14 +226,17 @@ const workerFleet = (url: string) =>
     )
 
     /**
-     * SIGKILLs a worker that is up and in the middle of a handler (a start with no end yet), picked at random — its
-     * kill recorded first — and starts another; `false`: none is. Any worker that is up once `anyAfter` passed.
+     * SIGKILLs a worker that is up and in the middle of a long handler (a start 20 ms ago with no end yet), picked
+     * at random — its kill recorded first — and starts another; `false`: none is. Any worker that is up once
+     * `anyAfter` passed.
      */
     const killOne = (rng: Random, anyAfter: number) =>
       Effect.gen(function*() {
         const handling = new Set(
+          // In a long run (the fixture's 200 ms steps): still in it when the SIGKILL lands.
           (yield* sql<{ pid: number }>`SELECT DISTINCT pid FROM starts s
             WHERE s.id > (SELECT max(id) - 1000 FROM starts)
+              AND s.started_at < clock_timestamp() - interval '20 milliseconds'
               AND NOT EXISTS (SELECT 1 FROM ends e WHERE e.start_id = s.id)`).map((r) => r.pid)
         )
         const up = [...running].filter((w) =>
