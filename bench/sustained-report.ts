@@ -15,6 +15,10 @@ const percent = (load: number | null) => (load === null ? "max" : `${Math.round(
 
 const total = (t: Tick) => t.tableBytes + t.indexBytes
 
+/** The queue depth did not grow over the run: at its end no more than twice its start, plus a second's messages. */
+const flat = (p: Phase) =>
+  p.ticks.length < 2 || p.ticks[p.ticks.length - 1]!.depth <= 2 * p.ticks[0]!.depth + p.achievedRate
+
 /** The largest table + indexes size the monitoring read. */
 export const maxSize = (p: Phase) => Math.max(...p.ticks.map(total))
 
@@ -130,7 +134,11 @@ export const section = (r: SustainedResult, chart?: string): string => {
       depths.length > 6 ? `${depths.slice(0, 3).join(", ")}, …, ${depths.at(-1)}` : depths.join(", ")
     } ` +
     "every " +
-    `${r.intervalSeconds} s: the worker keeps the queue flat, so the producers' rate is the maximum sustained rate. ` +
+    `${r.intervalSeconds} s: ${
+      flat(m)
+        ? "the worker keeps the queue flat, so the producers' rate is the maximum sustained rate"
+        : "the queue grew, so the worker's rate, not the producers', bounds the maximum (the producers' is used)"
+    }. ` +
     "Then runs paced at fractions of it by a token bucket the loops share. Latency: each message's COMMIT returning " +
     "in its producer (the response reaching that connection's `pg` client) to its handler start, on the machine's " +
     "monotonic clock; by the window its commit fell in (below 0 when the handler started before the producer's " +

@@ -202,6 +202,7 @@ const phase = async (
   let producedSignal: () => void = () => {}
   const producedPromise = new Promise<void>((resolve) => (producedSignal = resolve))
   const running: Array<{ readonly kill: () => void }> = []
+  let mon: Awaited<ReturnType<typeof monitor>> | undefined
   try {
     await Ours.setup(db.url)
     const worker = await node("worker", db.url, o.batchSize, (m) => {
@@ -222,7 +223,7 @@ const phase = async (
       }
     })
     running.push(producers)
-    const mon = await monitor(db.url)
+    mon = await monitor(db.url)
     const t0 = monotonicMs() + 500
     const measureStart = t0 + o.warmupSeconds * 1000
     const end = measureStart + seconds * 1000
@@ -251,6 +252,7 @@ const phase = async (
     await worker.stop()
     running.length = 0
     await mon.close()
+    mon = undefined
 
     // Latencies by commit window; rates by the window a commit or a handler start fell in.
     const latencies: Array<number> = []
@@ -323,6 +325,7 @@ const phase = async (
     return result
   } finally {
     for (const r of running) r.kill()
+    await mon?.close().catch(() => undefined)
     await db.drop()
   }
 }
