@@ -140,13 +140,14 @@ END
 $claim$`
 
 /**
- * The claim function's signature and first variables, from migration 6 on (the result has `ordering_key`). These
- * fragments are shared by the claims of migrations 6 and 7 and must keep their text: a migration that ran once
+ * The claim function's signature and first variables, from migration 6 on (the result has `ordering_key`); with
+ * `floor` (migration 9), a sixth argument, the floor of the unkeyed scan (epoch ms, NULL: from the start). These
+ * fragments are shared by the claims of migrations 6, 7 and 9 and must keep their text: a migration that ran once
  * must create the same function when it runs on a new database.
  */
-const claimSignature = (fn: string) =>
+const claimSignature = (fn: string, floor = false) =>
   `CREATE OR REPLACE FUNCTION ${fn}(
-  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean
+  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean${floor ? ", floor_ms float8" : ""}
 ) RETURNS TABLE (
   id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int,
   ordering_key text
@@ -155,7 +156,11 @@ const claimSignature = (fn: string) =>
 DECLARE
   lease interval := lease_ms * interval '1 millisecond';
   keyed int := 0;
-`
+${
+    floor
+      ? "  floor_at timestamptz := coalesce('epoch'::timestamptz + floor_ms * interval '1 millisecond', '-infinity');\n"
+      : ""
+  }`
 
 /** Leases the claimable heads among `heads`, returning them (migrations 6 and 7). */
 const leaseHeads = (t: string) =>
@@ -182,14 +187,18 @@ const keysDueAgain = (t: string, keys: string, list: "due_keys" | "candidates") 
     WHERE k.queue_name = queue AND k.ordering_key = c.k;
 `
 
-/** Unkeyed rows fill the batch; a claim that found nothing answers when the next row or key is due (6 and 7). */
-const unkeyedFillAndNextDue = (t: string, keys: string) =>
-  `  IF keyed < batch_size THEN
+/**
+ * Unkeyed rows fill the batch; a claim that found nothing answers when the next row or key is due (6, 7 and 9).
+ * `fromFloor` (migration 9) starts both looks at `floor_at`; without it the text is migrations 6 and 7's.
+ */
+const unkeyedFillAndNextDue = (t: string, keys: string, fromFloor = false) => {
+  const floor = (column: string, then: string) => fromFloor ? `${column} >= floor_at${then}` : ""
+  return `  IF keyed < batch_size THEN
     RETURN QUERY
     WITH next AS MATERIALIZED (
       SELECT ready.id FROM ${t} AS ready
       WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
-        AND ready.available_at <= now()
+        AND ${floor("ready.available_at", " AND ")}ready.available_at <= now()
         AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
       ORDER BY ready.available_at, ready.id
       LIMIT batch_size - keyed
@@ -207,14 +216,17 @@ const unkeyedFillAndNextDue = (t: string, keys: string) =>
   IF keyed + unkeyed = 0 THEN
     RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
       (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
-        ORDER BY available_at LIMIT 1),
-      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at <= now()
+        ${floor("AND available_at", "\n        ")}ORDER BY available_at LIMIT 1),
+      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL ${
+    floor("AND available_at", "\n        AND ")
+  }${fromFloor ? "" : "AND "}available_at <= now()
         AND delivered_at IS NOT NULL) + lease,
       (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
     )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
   END IF;
 END
 $claim$`
+}
 
 /**
  * Migration 6's claim: acked keyed rows make their keys due at once; the heads of due, unblocked keys (at most
@@ -375,21 +387,6 @@ ${leaseHeads(t)}    GET DIAGNOSTICS leased = ROW_COUNT;
 
 `
 
-/** Migration 9's signature: a sixth argument, the floor of the unkeyed scan (epoch ms, NULL: from the start). */
-const claimSignatureV9 = (fn: string) =>
-  `CREATE OR REPLACE FUNCTION ${fn}(
-  queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean, floor_ms float8
-) RETURNS TABLE (
-  id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int,
-  ordering_key text
-) LANGUAGE plpgsql AS $claim$
-#variable_conflict use_column
-DECLARE
-  lease interval := lease_ms * interval '1 millisecond';
-  keyed int := 0;
-  floor_at timestamptz := coalesce('epoch'::timestamptz + floor_ms * interval '1 millisecond', '-infinity');
-`
-
 /**
  * The acked rows of `queue`, deleted through a join on their ids: a plan the function caches for its session
  * (PL/pgSQL's generic plan) then looks them up by primary key even on a table never analyzed, where `id =
@@ -400,47 +397,9 @@ const ackedByJoin = (t: string) =>
       WHERE d.id = a.id AND d.queue_name = queue RETURNING d.ordering_key)`
 
 /**
- * Migration 9's unkeyed fill and next-due answer: as migration 7's, from `floor_at` on. The claim index's first
- * entries are those of acked (deleted) rows until a vacuum removes them, and of leased rows: a scan that starts
- * at the floor skips them in the index's descent instead of reading them one by one.
- */
-const unkeyedFillAndNextDueV9 = (t: string, keys: string) =>
-  `  IF keyed < batch_size THEN
-    RETURN QUERY
-    WITH next AS MATERIALIZED (
-      SELECT ready.id FROM ${t} AS ready
-      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
-        AND ready.available_at >= floor_at AND ready.available_at <= now()
-        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
-      ORDER BY ready.available_at, ready.id
-      LIMIT batch_size - keyed
-      FOR UPDATE SKIP LOCKED
-    )
-    UPDATE ${t} AS m SET delivered_at = now(),
-      delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-    WHERE m.id = ANY(ARRAY(SELECT next.id FROM next))
-    RETURNING m.id::text, m.message_id::text, m.body, m.headers,
-      (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-      m.delivery_count, NULL::text;
-    GET DIAGNOSTICS unkeyed = ROW_COUNT;
-  END IF;
-
-  IF keyed + unkeyed = 0 THEN
-    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
-      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
-        AND available_at >= floor_at ORDER BY available_at LIMIT 1),
-      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL
-        AND available_at >= floor_at AND available_at <= now() AND delivered_at IS NOT NULL) + lease,
-      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
-    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
-  END IF;
-END
-$claim$`
-
-/**
  * Migration 9's claim: migration 7's, with the floor of its unkeyed scan (`floor_ms`, from the worker: a little
  * below the oldest row its last claim took; NULL looks from the start, as the worker does every second for the
  * rows below any floor — released, redelivered after a lease, committed late) and its acks by primary key.
  */
 export const claimFunctionV9 = (t: string, fn: string, seq: string, keys: string) =>
-  `${claimSignatureV9(fn)}${keyedClaim(t, seq, keys, ackedByJoin(t))}${unkeyedFillAndNextDueV9(t, keys)}`
+  `${claimSignature(fn, true)}${keyedClaim(t, seq, keys, ackedByJoin(t))}${unkeyedFillAndNextDue(t, keys, true)}`
