@@ -44,6 +44,9 @@ export interface SessionOptions {
   readonly toError: (transport: string, operation: string, error: SqlError) => TransportError | StorageNotReadyError
 }
 
+/** How long a session that just found work waits unannounced before it announces its wait (ms). */
+const lingerMs = 5
+
 /** The `application_name` of a session's connection. @internal */
 export const applicationName = "effect-outbox worker"
 
@@ -64,6 +67,8 @@ export const open = (options: SessionOptions) =>
     if (connection !== undefined) yield* Effect.addFinalizer(() => connection.release)
     const text = claimCall(options.table)
     const floors = new Map<string, Floor>()
+    // A claim found work since the last wait: the next wait lingers before the session announces it (see `wait`).
+    let foundWork = false
     const inTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
       Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
 
@@ -97,6 +102,7 @@ export const open = (options: SessionOptions) =>
             options.toError(name, acks.length === 0 ? "claim" : "ackAndClaim", error),
           onSuccess: (claimed): Claimed => {
             floors.set(queueName, nextFloor(floor, claimed, batch, sweep ? sentAt : floor!.sweptAt))
+            if (!foundWork && leasedCount(claimed) > 0) foundWork = true
             // Leased nothing: the one row says when the next message is due.
             if (claimed.length === 1 && claimed[0]!.id === null) {
               return { messages: [], nextDue: untilDue(sentAt, claimed[0]!.available_ms) }
@@ -113,15 +119,25 @@ export const open = (options: SessionOptions) =>
     return {
       transports: names,
       claim,
-      // A wait that needs a new announcement makes it and ends at once: the loop claims again (see PgWaiting).
+      // The first wait after work lingers `lingerMs` unannounced: while producers commit faster than that, the
+      // session finds their messages without being notified, so their commits take no NOTIFY lock. Then a wait that
+      // needs a new announcement makes it and ends at once: the loop claims again (see PgWaiting).
       wait: (maxWait) =>
-        Effect.flatMap(
-          Effect.mapError(
-            waiting.announce(Duration.toMillis(maxWait)),
-            (error) => options.toError(names[0]!, "announceWait", error)
-          ),
-          (announced) => announced ? Effect.void : options.wakeups.wait(subscription, maxWait)
-        )
+        Effect.suspend(() => {
+          if (foundWork) {
+            foundWork = false
+            if (!waiting.announced()) {
+              return options.wakeups.wait(subscription, Duration.millis(Math.min(lingerMs, Duration.toMillis(maxWait))))
+            }
+          }
+          return Effect.flatMap(
+            Effect.mapError(
+              waiting.announce(Duration.toMillis(maxWait)),
+              (error) => options.toError(names[0]!, "announceWait", error)
+            ),
+            (announced) => announced ? Effect.void : options.wakeups.wait(subscription, maxWait)
+          )
+        })
     }
   })
 
