@@ -47,6 +47,12 @@ export interface SessionOptions {
 /** How long a session that just found work waits unannounced before it announces its wait (ms). */
 const lingerMs = 5
 
+/**
+ * How long the first wait after an announcement lasts at most (ms): the producer transactions open across it
+ * (written before the announcement, committed after the claim that followed it) are found by the claim after.
+ */
+const recheckMs = 20
+
 /** The `application_name` of a session's connection. @internal */
 export const applicationName = "effect-outbox worker"
 
@@ -69,6 +75,8 @@ export const open = (options: SessionOptions) =>
     const floors = new Map<string, Floor>()
     // A claim found work since the last wait: the next wait lingers before the session announces it (see `wait`).
     let foundWork = false
+    // The session announced its wait and has claimed once since: its next wait is `recheckMs` at most.
+    let recheck = false
     const inTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
       Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
 
@@ -135,7 +143,20 @@ export const open = (options: SessionOptions) =>
               waiting.announce(Duration.toMillis(maxWait)),
               (error) => options.toError(names[0]!, "announceWait", error)
             ),
-            (announced) => announced ? Effect.void : options.wakeups.wait(subscription, maxWait)
+            (announced) => {
+              if (announced) {
+                recheck = true
+                return Effect.void
+              }
+              // The first wait after the claim that followed an announcement is short: a producer transaction
+              // that wrote before the announcement and committed after that claim is found by the next one.
+              if (recheck) {
+                recheck = false
+                const ms = Math.min(recheckMs, Duration.toMillis(maxWait))
+                return options.wakeups.wait(subscription, Duration.millis(ms))
+              }
+              return options.wakeups.wait(subscription, maxWait)
+            }
           )
         })
     }
