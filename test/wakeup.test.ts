@@ -55,6 +55,18 @@ const awaitPid = <E, R>(pids: Effect.Effect<ReadonlyArray<number>, E, R>, except
 
 const awaitListener = (except: ReadonlyArray<number> = []) => awaitPid(listeners, except)
 
+/** Waits until a worker has announced its wait on the table's queue "outbox" (`<table>_waiting`). */
+const awaitWaiting = (table: string) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM ${sql(`${table}_waiting`)}
+      WHERE queue_name = 'outbox' AND expires_at > now()`
+  ).pipe(
+    Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (rows) => rows[0]!.n > 0 }),
+    Effect.timeout("20 seconds")
+  )
+
 /** Waits until a worker's session connection has answered a claim and sits idle (the worker polled and went idle). */
 const awaitIdleWorker = awaitPid(workerConnections("idle"))
 
@@ -109,6 +121,9 @@ describe("wake-up on commit", () => {
         yield* Effect.gen(function*() {
           const worker = yield* Effect.forkScoped(Worker.run({ transports: ["outbox"], sleep: "60 seconds", limit: 1 }))
           yield* awaitListener()
+          // The worker waits (announced): the producer's statement, 300 ms before its commit, sees it and notifies.
+          // A statement that ran before the announcement would leave the message to the 60 s poll.
+          yield* awaitWaiting(table)
           yield* sql.withTransaction(
             Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })).pipe(Effect.zipRight(Effect.fail("no")))
           ).pipe(Effect.ignore)
