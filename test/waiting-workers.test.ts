@@ -198,6 +198,24 @@ describe("producers notify only while a worker waits", () => {
   )
 
   it.live(
+    "a wait inside a caller's transaction announces on a statement of its own: the caller's rollback keeps it",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const table = uniqueTable("waiting_tx")
+          const transport = yield* PgTransport.make({ table, autoSetup: true })
+          const session = yield* transport.open(["outbox"])
+          yield* sql.withTransaction(
+            Effect.zipRight(session.wait(Duration.seconds(30)), Effect.fail("roll back" as const))
+          ).pipe(Effect.flip)
+          expect(yield* waitingRows(table)).toEqual(["outbox"])
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+
+  it.live(
     "with `notify: false` nobody announces and nothing is notified",
     () =>
       withPg(

@@ -10,7 +10,9 @@
  *
  * @internal
  */
+import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -48,6 +50,14 @@ export const make = (options: {
   // The retraction in flight: the next announcement waits for it, so that it never lands after the announcement.
   let retracting: Fiber.RuntimeFiber<void> | undefined
 
+  // Never on a caller's transaction (a claim or a wait may run inside one, and the retraction is forked from a
+  // claim): its own autocommitted statement, whose relaxed commit relaxes nothing of the caller's.
+  const ownStatement = <A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+    Effect.mapInputContext(
+      self,
+      (context: Context.Context<never>) => Context.omit(SqlClient.TransactionConnection)(context)
+    )
+
   const awaitFiber = (fiber: Fiber.RuntimeFiber<void> | undefined) =>
     fiber === undefined ? Effect.void : Fiber.join(fiber)
   const settled = Effect.suspend(() => awaitFiber(retracting))
@@ -58,7 +68,7 @@ export const make = (options: {
       if (!options.listens || announcedUntil >= now + ms + 1_000) return Effect.succeed(false)
       const lifetime = 2 * ms + slackMs
       return settled.pipe(
-        Effect.zipRight(statements.announce(queues, worker, lifetime)),
+        Effect.zipRight(ownStatement(statements.announce(queues, worker, lifetime))),
         // An interruption may leave an announcement this session does not know of: it lapses.
         Effect.map(() => {
           announcedUntil = now + lifetime
@@ -69,7 +79,7 @@ export const make = (options: {
 
   // A retraction that fails leaves the announcement to lapse: until then, producers notify for nothing.
   // Interruptible: forked from a claim, which is not, and its timeout must be able to end it.
-  const retract = statements.retract(worker).pipe(
+  const retract = ownStatement(statements.retract(worker)).pipe(
     Effect.interruptible,
     Effect.timeout(Duration.seconds(2)),
     Effect.ignore
