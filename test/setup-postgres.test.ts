@@ -46,8 +46,24 @@ describe("PostgreSQL setup", () => {
         [6, "ordering_keys"],
         [7, "claim_acked_keys_first"],
         [8, "waiting_workers"],
-        [9, "claim_floor"]
+        [9, "claim_floor"],
+        [10, "autovacuum"]
       ])
+      // Each table a message passes through is vacuumed after a fixed count of dead row versions, unthrottled.
+      const settings = yield* sql<{ name: string; options: ReadonlyArray<string> }>`
+        SELECT relname AS name, reloptions AS options FROM pg_class
+        WHERE relname IN (${table}, ${`${table}_key_seq`}, ${`${table}_keys`}, ${`${table}_waiting`})
+          AND relkind = 'r'`
+      expect(settings.map((row) => row.name).sort()).toEqual(
+        [table, `${table}_key_seq`, `${table}_keys`, `${table}_waiting`].sort()
+      )
+      for (const row of settings) {
+        expect(row.options).toEqual(expect.arrayContaining([
+          "autovacuum_vacuum_scale_factor=0",
+          "autovacuum_vacuum_threshold=10000",
+          "autovacuum_vacuum_cost_delay=0"
+        ]))
+      }
       const columns = yield* sql<{ column_name: string; data_type: string; is_nullable: string }>`
         SELECT column_name, data_type, is_nullable FROM information_schema.columns
         WHERE table_name = ${table} ORDER BY ordinal_position`

@@ -64,6 +64,10 @@ const orderingKeysV6 = (
   `CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${keys} (queue_name, due_at) WHERE blocked_by IS NULL`
 ]
 
+/** Migration 10: the storage settings of each table of a transport table (see the README, "Autovacuum"). */
+const autovacuumV10 =
+  "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_cost_delay = 0"
+
 /** The migrations of a table, in order, for `Migrator.make`. @internal */
 export const loader = (table: string) => {
   const t = quote(table)
@@ -162,6 +166,15 @@ export const loader = (table: string) => {
     "9_claim_floor": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       yield* sql.unsafe(claimFunctionV9(t, fn, quote(keySequences(table)), quote(keyStates(table))))
+    }),
+    // Every message leaves a dead row version in each of these tables. The server's defaults vacuum a table once a
+    // fifth of it is dead — never, for a table holding a large backlog — and throttle the vacuum: here a fixed
+    // count of dead versions triggers it and nothing slows it down.
+    "10_autovacuum": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      for (const name of [table, keySequences(table), keyStates(table), waitingWorkers(table)]) {
+        yield* sql.unsafe(`ALTER TABLE ${quote(name)} SET (${autovacuumV10})`)
+      }
     })
   })
 }
