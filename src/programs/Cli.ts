@@ -77,9 +77,9 @@ export interface CliOptions {
  */
 export const make = (options: CliOptions = {}) => {
   const environment = Environment.make(options)
-  const { consume, idempotencyPurge, setupTransports, stats } = Commands.make(options, environment)
+  const { consume, idempotencyPurge, setupTransports, stats, storageCompact } = Commands.make(options, environment)
   const { failedRemove, failedRetry, failedShow } = Failed.make(environment)
-  const builtIn = [setupTransports, failedShow, failedRetry, failedRemove, stats] as const
+  const builtIn = [setupTransports, failedShow, failedRetry, failedRemove, stats, storageCompact] as const
   const subcommands = [
     ...builtIn,
     ...(environment.idempotencyOptions === undefined ? [] : [idempotencyPurge]),

@@ -19,7 +19,7 @@ import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
 import * as WorkerHealth from "../WorkerHealth.js"
 import { Deployment, type Environment } from "./environment.js"
-import { formatAge, headline, parseDurationMs, renderTable, truncate } from "./format.js"
+import { formatAge, formatBytes, headline, parseBytes, parseDurationMs, renderTable, truncate } from "./format.js"
 import {
   CliError,
   dsn,
@@ -154,6 +154,7 @@ export const make = (options: CliOptions, environment: Environment) => {
     idempotencyOptions,
     known,
     opened,
+    tableOf,
     transportOnly,
     withOperatorTransport,
     withTransport
@@ -391,7 +392,58 @@ export const make = (options: CliOptions, environment: Environment) => {
     )
   )
 
-  return { setupTransports, consume, idempotencyPurge, stats }
+  const storageCompact = Command.make(
+    "storage:compact",
+    {
+      dsn: target.dsn,
+      table: target.table,
+      force: Options.boolean("force").pipe(
+        Options.withDescription("Rebuild every index, bloated or not")
+      ),
+      minSize: Options.text("min-size").pipe(
+        Options.withDescription("Leave indexes up to this size alone (e.g. 1M; K, M, G)"),
+        Options.mapEffect((text) => {
+          const bytes = parseBytes(text)
+          return bytes === undefined
+            ? Effect.fail(
+              ValidationError.invalidValue(HelpDoc.p(`--min-size: expected a size such as 1M, got ${text}`))
+            )
+            : Effect.succeed(bytes)
+        }),
+        withShownDefault(1024 * 1024)
+      )
+    },
+    (o) =>
+      Effect.gen(function*() {
+        const table = yield* tableOf({ ...o, transportQueues: [] })
+        const done = yield* PgTransport.compactIndexes({ table, force: o.force, minBytes: o.minSize })
+        if (Option.isNone(done)) return yield* Console.log("Another compactor holds the table; nothing done.")
+        const { dropped, indexes } = done.value
+        for (const name of dropped) yield* Console.log(`Dropped ${name}, left invalid by an interrupted rebuild.`)
+        yield* Console.log(renderTable(
+          ["INDEX", "BEFORE", "AFTER", ""],
+          indexes.map((index) => [
+            index.index,
+            formatBytes(index.bytesBefore),
+            formatBytes(index.bytesAfter),
+            index.rebuilt ? "rebuilt" : "kept"
+          ])
+        ))
+        const rebuilt = indexes.filter((index) => index.rebuilt)
+        const sum = (values: ReadonlyArray<number>) => values.reduce((a, b) => a + b, 0)
+        yield* Console.log(
+          `[OK] Rebuilt ${rebuilt.length} of ${indexes.length} index(es): ` +
+            `${formatBytes(sum(rebuilt.map((index) => index.bytesBefore)))} → ` +
+            `${formatBytes(sum(rebuilt.map((index) => index.bytesAfter)))}.`
+        )
+      }).pipe(Effect.provide(database(o.dsn)))
+  ).pipe(
+    Command.withDescription(
+      "Rebuild the table's mostly empty indexes (REINDEX CONCURRENTLY), one compactor at a time; needs the owner"
+    )
+  )
+
+  return { setupTransports, consume, idempotencyPurge, stats, storageCompact }
 }
 
 /** How `stats` names the origin of failed messages whose headers record none. */

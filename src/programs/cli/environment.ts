@@ -222,6 +222,7 @@ export const make = (options: CliOptions) => {
 
   return {
     database,
+    tableOf,
     opened,
     transportOnly,
     idempotencyOptions,

@@ -37,6 +37,19 @@ export const parseBytes = (input: string): number | undefined => {
   return bytes > 0 ? bytes : undefined
 }
 
+/** A size in bytes, in the largest unit of 1024 that keeps it ≥ 1 (`131.2 MB`, `16 kB`). @internal */
+export const formatBytes = (bytes: number): string => {
+  if (bytes < 1024) return `${bytes} B`
+  const units = ["kB", "MB", "GB", "TB"]
+  let value = bytes / 1024
+  let unit = 0
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024
+    unit++
+  }
+  return `${value >= 100 || Number.isInteger(value) ? value.toFixed(0) : value.toFixed(1)} ${units[unit]}`
+}
+
 /** Collapses a multi-line message (a Schema parse tree, a stack) onto one line. @internal */
 export const oneLine = (text: string): string => text.replace(/\s*\n\s*/g, " ").trim()
 
