@@ -105,11 +105,16 @@ describe("producers notify only while a worker waits", () => {
           yield* Fiber.join(waited).pipe(Effect.timeout("20 seconds"))
           expect(yield* receivedBefore(listener, channel, "m2")).toEqual(["outbox"])
 
-          // Its claim found the message: it no longer waits, and the next dispatch notifies nobody.
+          // Its claim found the message, one: messages that come one at a time keep it announced (the next
+          // dispatch notifies it again)...
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+          yield* transport.send("outbox", [message()])
+          expect(yield* receivedBefore(listener, channel, "m3")).toEqual(["outbox"])
+          // ...and once two claims in a row found work it no longer waits: the next dispatch notifies nobody.
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
           yield* awaitNoneWaiting(table)
           yield* transport.send("outbox", [message()])
-          expect(yield* receivedBefore(listener, channel, "m3")).toEqual([])
+          expect(yield* receivedBefore(listener, channel, "m4")).toEqual([])
         }).pipe(Effect.scoped)
       ),
     60_000
@@ -127,12 +132,13 @@ describe("producers notify only while a worker waits", () => {
           const listener = yield* listening(channel)
           const session = yield* transport.open(["outbox"])
           // The session's listener says "look again" once it is connected: taken first, so that no wait below
-          // ends because of it. Then the session finds work, so it no longer waits.
+          // ends because of it. Then the session finds work twice in a row, so it no longer waits.
           yield* awaitSessionListener
           yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
           yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
-          yield* transport.send("outbox", [message()])
-          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+          yield* transport.send("outbox", [message(), message()])
+          expect((yield* session.claim("outbox", 1, [])).messages).toHaveLength(1)
+          expect((yield* session.claim("outbox", 1, [])).messages).toHaveLength(1)
           yield* awaitNoneWaiting(table)
           yield* receivedBefore(listener, channel, "m0")
           // The wait after that work lingers (unannounced, it ends by itself).
@@ -155,6 +161,45 @@ describe("producers notify only while a worker waits", () => {
           yield* Fiber.join(producer)
           expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
           // The claim after the announcement, before any wait, finds it.
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+
+  it.live(
+    "a producer that wrote before the worker announced and commits after the claims that followed: the wait ends once its transaction has",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const table = uniqueTable("waiting_open")
+          const channel = Identifier.defaultChannel(table)
+          const transport = yield* PgTransport.make({ table, autoSetup: true })
+          const listener = yield* listening(channel)
+          // The producer writes while no worker waits (its statement notifies nobody) and keeps its transaction open.
+          const written = yield* Deferred.make<void>()
+          const commit = yield* Deferred.make<void>()
+          const producer = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+            yield* transport.send("outbox", [message()])
+            yield* Deferred.succeed(written, undefined)
+            yield* Deferred.await(commit)
+          })))
+          yield* Deferred.await(written)
+          const session = yield* transport.open(["outbox"])
+          yield* awaitSessionListener
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
+          // The wait announces and ends at once; the next is the short recheck (or the listener's "look again").
+          yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
+          yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
+          expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
+          // A wait of a minute that no hint will end: it ends once the producer's transaction has.
+          const waited = yield* Effect.fork(session.wait(Duration.minutes(1)))
+          yield* Deferred.succeed(commit, undefined)
+          yield* Fiber.join(producer)
+          yield* Fiber.join(waited).pipe(Effect.timeout("20 seconds"))
+          expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
         }).pipe(Effect.scoped)
       ),

@@ -75,6 +75,8 @@ export const open = (options: SessionOptions) =>
     const floors = new Map<string, Floor>()
     // A claim found work since the last wait: the next wait lingers before the session announces it (see `wait`).
     let foundWork = false
+    // The last claim found work.
+    let foundLast = false
     // The session announced its wait and has claimed once since: its next wait is `recheckMs` at most.
     let recheck = false
     const inTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
@@ -119,9 +121,38 @@ export const open = (options: SessionOptions) =>
           }
         })
         // Claims run between waits, never during one: an announcement made before this claim is all there is.
-        return waiting.announced()
-          ? Effect.tap(answered, (claimed) => claimed.messages.length > 0 ? waiting.busy : Effect.void)
-          : answered
+        // It is retracted once two claims in a row found work: a queue whose messages come one at a time keeps its
+        // worker announced (no statement per message), a busy one stops notifying.
+        return Effect.tap(answered, (claimed) => {
+          const found = claimed.messages.length > 0
+          const busy = found && foundLast
+          foundLast = found
+          return busy && waiting.announced() ? waiting.busy : Effect.void
+        })
+      })
+
+    /**
+     * A wait while transactions the announcement found in progress may still be: it ends with a hint, at `until`, or
+     * once one of them has ended (the loop claims again: it may have committed a message without notifying), looked
+     * at after `stepMs`, then twice as long each time — so such a message waits at most about as long again as its
+     * transaction stayed open after the announcement. Only for one full wait: what they commit after it, the polls
+     * find (`maxWait` is the poll interval), so a long transaction elsewhere on the server costs a few looks, not one
+     * every wait.
+     */
+    const watchOpen = (until: number, stepMs: number): Effect.Effect<void, TransportError | StorageNotReadyError> =>
+      Effect.suspend(() => {
+        const left = until - performance.now()
+        if (left <= 0) {
+          waiting.unwatch()
+          return Effect.void
+        }
+        return Effect.flatMap(options.wakeups.wait(subscription, Duration.millis(Math.min(stepMs, left))), (hinted) =>
+          hinted ? Effect.void : performance.now() >= until ? Effect.sync(waiting.unwatch) : Effect.flatMap(
+            Effect.mapError(waiting.anyEnded, (error) =>
+              options.toError(names[0]!, "announceWait", error)),
+            (ended) =>
+              ended || !waiting.watching() ? Effect.void : watchOpen(until, 2 * stepMs)
+          ))
       })
 
     return {
@@ -135,13 +166,16 @@ export const open = (options: SessionOptions) =>
           if (foundWork) {
             foundWork = false
             if (!waiting.announced()) {
-              return options.wakeups.wait(subscription, Duration.millis(Math.min(lingerMs, Duration.toMillis(maxWait))))
+              return Effect.asVoid(
+                options.wakeups.wait(subscription, Duration.millis(Math.min(lingerMs, Duration.toMillis(maxWait))))
+              )
             }
           }
           return Effect.flatMap(
             Effect.mapError(
               waiting.announce(Duration.toMillis(maxWait)),
-              (error) => options.toError(names[0]!, "announceWait", error)
+              (error) =>
+                options.toError(names[0]!, "announceWait", error)
             ),
             (announced) => {
               if (announced) {
@@ -153,9 +187,10 @@ export const open = (options: SessionOptions) =>
               if (recheck) {
                 recheck = false
                 const ms = Math.min(recheckMs, Duration.toMillis(maxWait))
-                return options.wakeups.wait(subscription, Duration.millis(ms))
+                return Effect.asVoid(options.wakeups.wait(subscription, Duration.millis(ms)))
               }
-              return options.wakeups.wait(subscription, maxWait)
+              if (waiting.watching()) return watchOpen(performance.now() + Duration.toMillis(maxWait), 2 * recheckMs)
+              return Effect.asVoid(options.wakeups.wait(subscription, maxWait))
             }
           )
         })

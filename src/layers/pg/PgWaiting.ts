@@ -5,8 +5,9 @@
  * The race this must close: a producer's statement that ran before the announcement committed did not notify,
  * and its commit may land after the claim that found the queue empty. So a wait that needs a new announcement
  * makes it and returns at once: the loop claims again and finds every message committed by then. A producer
- * whose statement ran before the announcement and whose commit lands after that claim is found at the next poll
- * (`sleep`): a transaction open across the worker's whole switch to waiting.
+ * whose statement ran before the announcement and whose commit lands after that claim is among the transactions
+ * the announcement found in progress (`open`): the session's waits end once one of them has ended, and the loop
+ * claims again.
  *
  * @internal
  */
@@ -30,7 +31,16 @@ export interface Waiting {
   readonly announce: (ms: number) => Effect.Effect<boolean, SqlError>
   /** Whether the session has announced that it waits. */
   readonly announced: () => boolean
-  /** After a claim that leased messages: the session no longer waits (the retraction runs in the background). */
+  /** Whether transactions the announcement found in progress may still be. */
+  readonly watching: () => boolean
+  /** Whether one of those transactions has ended since it was last asked (those still in progress are kept). */
+  readonly anyEnded: Effect.Effect<boolean, SqlError>
+  /** Forgets those transactions: what they commit from now on is found by the polls. */
+  readonly unwatch: () => void
+  /**
+   * The session finds work without being woken (two claims in a row did): it no longer waits (the retraction runs in
+   * the background).
+   */
   readonly busy: Effect.Effect<void>
   /** Retracts the announcement when the session ends. */
   readonly close: Effect.Effect<void>
@@ -49,6 +59,8 @@ export const make = (options: {
   let announcedUntil = 0
   // The retraction in flight: the next announcement waits for it, so that it never lands after the announcement.
   let retracting: Fiber.RuntimeFiber<void> | undefined
+  // The transactions in progress when the announcement was made, as far as known still in progress.
+  let open: ReadonlyArray<string> = []
 
   // Never on a caller's transaction (a claim or a wait may run inside one, and the retraction is forked from a
   // claim): its own autocommitted statement, whose relaxed commit relaxes nothing of the caller's.
@@ -70,8 +82,9 @@ export const make = (options: {
       return settled.pipe(
         Effect.zipRight(ownStatement(statements.announce(queues, worker, lifetime))),
         // An interruption may leave an announcement this session does not know of: it lapses.
-        Effect.map(() => {
+        Effect.map(([row]) => {
           announcedUntil = now + lifetime
+          open = row?.open ?? []
           return true
         })
       )
@@ -88,7 +101,19 @@ export const make = (options: {
   return {
     announce,
     announced: () => announcedUntil !== 0,
+    watching: () => open.length > 0,
+    anyEnded: Effect.suspend(() =>
+      open.length === 0 ? Effect.succeed(false) : Effect.map(ownStatement(statements.stillOpen(open)), (rows) => {
+        const ended = rows.length < open.length
+        open = rows.map((row) => row.xid)
+        return ended
+      })
+    ),
+    unwatch: () => {
+      open = []
+    },
     busy: Effect.suspend(() => {
+      open = []
       if (announcedUntil === 0) return Effect.void
       // Forgotten before the retraction runs: a wait that comes first announces again (after the retraction).
       announcedUntil = 0

@@ -65,22 +65,22 @@ export const make = (listener: { readonly config: PgClientConfig; readonly chann
         })
     )
 
-  /** Waits for a hint of the subscription, `maxWait` at most. */
-  const wait = (subscription: Subscription, maxWait: Duration.Duration): Effect.Effect<void> =>
-    Effect.async<void>((resume) => {
+  /** Waits for a hint of the subscription, `maxWait` at most: `true` when a hint ended it. */
+  const wait = (subscription: Subscription, maxWait: Duration.Duration): Effect.Effect<boolean> =>
+    Effect.async<boolean>((resume) => {
       if (subscription.pending) {
         subscription.pending = false
-        resume(Effect.void)
+        resume(Effect.succeed(true))
         return
       }
-      const done = () => {
+      const done = (hinted: boolean) => () => {
         clearTimeout(timer)
         subscription.waiter = undefined
         subscription.pending = false
-        resume(Effect.void)
+        resume(Effect.succeed(hinted))
       }
-      const timer = setTimeout(done, Math.min(maxTimeout, Math.max(0, Duration.toMillis(maxWait))))
-      subscription.waiter = done
+      const timer = setTimeout(done(false), Math.min(maxTimeout, Math.max(0, Duration.toMillis(maxWait))))
+      subscription.waiter = done(true)
       return Effect.sync(() => {
         clearTimeout(timer)
         subscription.waiter = undefined

@@ -237,15 +237,31 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     /**
      * `worker` waits on `queues` for `ms` (its announcement renewed if it has one); announcements that lapsed a
      * minute ago (killed workers') go. Committed relaxed: an announcement lost in a server crash costs a poll.
+     * Answers the transactions that may have been in progress when it ran (`open`): those of its snapshot, and those
+     * that took their ids between its snapshot and its own (a snapshot lists none at or above its `xmax`). A
+     * producer's statement among them may have written before it and not notified.
      */
     announce: (queues: ReadonlyArray<string>, worker: string, ms: number) =>
-      sql`WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
+      sql<{ readonly open: ReadonlyArray<string> | null }>`WITH relaxed AS (
+            SELECT set_config('synchronous_commit', 'off', true)),
           lapsed AS (DELETE FROM ${waiting}
-            WHERE queue_name = ANY(${queues}::text[]) AND expires_at < now() - interval '1 minute')
-        INSERT INTO ${waiting} (queue_name, worker, expires_at)
-        SELECT q, ${worker}::uuid, now() + ${ms}::float8 * interval '1 millisecond'
-        FROM unnest(${queues}::text[]) AS q, relaxed
-        ON CONFLICT (queue_name, worker) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
+            WHERE queue_name = ANY(${queues}::text[]) AND expires_at < now() - interval '1 minute'),
+          announced AS (INSERT INTO ${waiting} (queue_name, worker, expires_at)
+            SELECT q, ${worker}::uuid, now() + ${ms}::float8 * interval '1 millisecond'
+            FROM unnest(${queues}::text[]) AS q, relaxed
+            ON CONFLICT (queue_name, worker) DO UPDATE SET expires_at = EXCLUDED.expires_at
+            RETURNING 1)
+        SELECT ARRAY(
+            SELECT x::text FROM pg_snapshot_xip(s) AS x
+            UNION ALL
+            SELECT g::text FROM generate_series(pg_snapshot_xmax(s)::text::bigint,
+              least(pg_current_xact_id()::text::bigint, pg_snapshot_xmax(s)::text::bigint + 1000) - 1) AS g
+          ) AS open
+        FROM pg_current_snapshot() AS s, (SELECT count(*) FROM announced) AS done`,
+    /** Which of these transactions (`xid8` as text) are still in progress. */
+    stillOpen: (xids: ReadonlyArray<string>) =>
+      sql<{ readonly xid: string }>`SELECT x AS xid FROM unnest(${xids}::text[]) AS x
+        WHERE pg_xact_status(x::xid8) = 'in progress'`,
     /** `worker` no longer waits (relaxed, as `announce`). */
     retract: (worker: string) =>
       sql`DELETE FROM ${waiting} USING (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
