@@ -16,6 +16,7 @@ import pg from "pg"
 import * as Identifier from "../src/domain/Identifier.js"
 import * as MessageId from "../src/domain/MessageId.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
+import type { TransportShape } from "../src/services/Transport.js"
 import { testDatabase } from "./support/database.js"
 import { uniqueTable } from "./support/harness.js"
 
@@ -75,6 +76,21 @@ const awaitNoneWaiting = (table: string) =>
 
 const message = () => ({ messageId: MessageId.make(), type: "Test", body: "{}", headers: "{}", delayMs: 0 })
 
+/** A producer that dispatched one message in a transaction it keeps open until `commit` (which awaits the commit). */
+const openProducer = (transport: { readonly send: TransportShape["send"] }) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const written = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    const fiber = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+      yield* transport.send("outbox", [message()])
+      yield* Deferred.succeed(written, undefined)
+      yield* Deferred.await(release)
+    })))
+    yield* Deferred.await(written)
+    return { commit: Effect.zipRight(Deferred.succeed(release, undefined), Fiber.join(fiber)) }
+  })
+
 describe("producers notify only while a worker waits", () => {
   it.live(
     "no notification while nobody waits; one while a session waits; none once its claim found work",
@@ -125,7 +141,6 @@ describe("producers notify only while a worker waits", () => {
     () =>
       withPg(
         Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
           const table = uniqueTable("waiting_race")
           const channel = Identifier.defaultChannel(table)
           const transport = yield* PgTransport.make({ table, autoSetup: true })
@@ -145,20 +160,12 @@ describe("producers notify only while a worker waits", () => {
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
           yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
 
-          const written = yield* Deferred.make<void>()
-          const commit = yield* Deferred.make<void>()
-          const producer = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
-            yield* transport.send("outbox", [message()])
-            yield* Deferred.succeed(written, undefined)
-            yield* Deferred.await(commit)
-          })))
-          yield* Deferred.await(written)
+          const producer = yield* openProducer(transport)
           // The worker finds nothing yet and switches to waiting: the wait announces and ends at once (nothing else
           // would end it: no hint is pending, and the producer's statement ran before the announcement).
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
           yield* session.wait(Duration.minutes(1)).pipe(Effect.timeout("20 seconds"))
-          yield* Deferred.succeed(commit, undefined)
-          yield* Fiber.join(producer)
+          yield* producer.commit
           expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
           // The claim after the announcement, before any wait, finds it.
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)
@@ -172,20 +179,12 @@ describe("producers notify only while a worker waits", () => {
     () =>
       withPg(
         Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
           const table = uniqueTable("waiting_open")
           const channel = Identifier.defaultChannel(table)
           const transport = yield* PgTransport.make({ table, autoSetup: true })
           const listener = yield* listening(channel)
           // The producer writes while no worker waits (its statement notifies nobody) and keeps its transaction open.
-          const written = yield* Deferred.make<void>()
-          const commit = yield* Deferred.make<void>()
-          const producer = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
-            yield* transport.send("outbox", [message()])
-            yield* Deferred.succeed(written, undefined)
-            yield* Deferred.await(commit)
-          })))
-          yield* Deferred.await(written)
+          const producer = yield* openProducer(transport)
           const session = yield* transport.open(["outbox"])
           yield* awaitSessionListener
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
@@ -196,8 +195,7 @@ describe("producers notify only while a worker waits", () => {
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(0)
           // A wait of a minute that no hint will end: it ends once the producer's transaction has.
           const waited = yield* Effect.fork(session.wait(Duration.minutes(1)))
-          yield* Deferred.succeed(commit, undefined)
-          yield* Fiber.join(producer)
+          yield* producer.commit
           yield* Fiber.join(waited).pipe(Effect.timeout("20 seconds"))
           expect(yield* receivedBefore(listener, channel, "m1")).toEqual([])
           expect((yield* session.claim("outbox", 10, [])).messages).toHaveLength(1)

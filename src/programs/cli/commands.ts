@@ -19,7 +19,7 @@ import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
 import * as WorkerHealth from "../WorkerHealth.js"
 import { Deployment, type Environment } from "./environment.js"
-import { formatAge, formatBytes, headline, parseBytes, parseDurationMs, renderTable, truncate } from "./format.js"
+import { formatAge, formatBytes, headline, parseDurationMs, renderTable, truncate } from "./format.js"
 import {
   CliError,
   dsn,
@@ -28,6 +28,7 @@ import {
   memoryLimit,
   positive,
   positiveSeconds,
+  size,
   target,
   verbose,
   withShownDefault
@@ -400,16 +401,7 @@ export const make = (options: CliOptions, environment: Environment) => {
       force: Options.boolean("force").pipe(
         Options.withDescription("Rebuild every index, bloated or not")
       ),
-      minSize: Options.text("min-size").pipe(
-        Options.withDescription("Leave indexes up to this size alone (e.g. 1M; K, M, G)"),
-        Options.mapEffect((text) => {
-          const bytes = parseBytes(text)
-          return bytes === undefined
-            ? Effect.fail(
-              ValidationError.invalidValue(HelpDoc.p(`--min-size: expected a size such as 1M, got ${text}`))
-            )
-            : Effect.succeed(bytes)
-        }),
+      minSize: size("min-size", "Leave indexes up to this size alone (e.g. 1M; K, M, G)", "1M").pipe(
         withShownDefault(1024 * 1024)
       )
     },

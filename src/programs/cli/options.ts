@@ -103,15 +103,22 @@ export const positiveSeconds = (name: string) =>
     )
   )
 
-export const memoryLimit = Options.text("memory-limit").pipe(
-  Options.withDescription("Stop when resident memory exceeds this (e.g. 128M; K, M, G)"),
-  Options.mapEffect((text) => {
-    const bytes = parseBytes(text)
-    return bytes === undefined
-      ? Effect.fail(
-        ValidationError.invalidValue(HelpDoc.p(`--memory-limit: expected a size such as 128M, got ${text}`))
-      )
-      : Effect.succeed(bytes)
-  }),
-  Options.optional
-)
+/** A size flag (`128M`; K, M, G: powers of 1024), in bytes; `example` shows the form in its error. @internal */
+export const size = (name: string, description: string, example: string) =>
+  Options.text(name).pipe(
+    Options.withDescription(description),
+    Options.mapEffect((text) => {
+      const bytes = parseBytes(text)
+      return bytes === undefined
+        ? Effect.fail(
+          ValidationError.invalidValue(HelpDoc.p(`--${name}: expected a size such as ${example}, got ${text}`))
+        )
+        : Effect.succeed(bytes)
+    })
+  )
+
+export const memoryLimit = size(
+  "memory-limit",
+  "Stop when resident memory exceeds this (e.g. 128M; K, M, G)",
+  "128M"
+).pipe(Options.optional)
