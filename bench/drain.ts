@@ -7,11 +7,11 @@
  * claim's row lookup reads near the start and near the end (an `EXPLAIN (ANALYZE, BUFFERS)` probe of the unkeyed
  * claim's SELECT from a connection of its own, three times around 1 % and three times around 90 %, medians), and the
  * table's and its indexes' sizes before, right after the drain, after a plain `VACUUM` and after
- * `PgTransport.compactIndexes` (what `outbox storage:compact` runs).
+ * `PgCompaction.compactIndexes` (what `outbox storage:compact` runs).
  */
 import * as Effect from "effect/Effect"
 import pg from "pg"
-import * as PgTransport from "../src/layers/PgTransport.js"
+import * as PgCompaction from "../src/layers/PgCompaction.js"
 import { freshDatabase, settle, withClient } from "./cluster.js"
 import { queue, sleep, table, withDeadline } from "./common.js"
 import * as Ours from "./ours.js"
@@ -288,7 +288,7 @@ export const round = async (url: string, options: DrainOptions): Promise<DrainRo
   const vacuumed = await storage(url)
   const compactStarted = performance.now()
   await Effect.runPromise(
-    PgTransport.compactIndexes({ table }).pipe(Effect.provide(Ours.stack(url, { maxConnections: 2 })))
+    PgCompaction.compactIndexes({ table }).pipe(Effect.provide(Ours.stack(url, { maxConnections: 2 })))
   )
   const compactSeconds = (performance.now() - compactStarted) / 1000
   const compacted = await storage(url)

@@ -52,6 +52,8 @@ export * as MemoryIdempotencyStore from "./layers/MemoryIdempotencyStore.js"
 /** @since 0.1.0 */
 export * as MemoryTransport from "./layers/MemoryTransport.js"
 /** @since 0.1.0 */
+export * as PgCompaction from "./layers/PgCompaction.js"
+/** @since 0.1.0 */
 export * as PgIdempotencyStore from "./layers/PgIdempotencyStore.js"
 /** @since 0.1.0 */
 export * as PgTransport from "./layers/PgTransport.js"

@@ -1,5 +1,5 @@
 /**
- * Index compaction (`PgTransport.compactIndexes`, `outbox storage:compact`): after a drain a vacuum empties the
+ * Index compaction (`PgCompaction.compactIndexes`, `outbox storage:compact`): after a drain a vacuum empties the
  * table but leaves its indexes at their largest; compaction rebuilds the mostly empty ones without blocking producers
  * or workers, cleans up after a rebuild that was interrupted, and runs one at a time per table.
  */
@@ -11,6 +11,7 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as TestServices from "effect/TestServices"
 import pg from "pg"
+import * as PgCompaction from "../src/layers/PgCompaction.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as Cli from "../src/programs/Cli.js"
 import { runCli } from "./support/cli.js"
@@ -73,7 +74,7 @@ describe("index compaction", () => {
   it.live("rebuilds the indexes a drain left mostly empty, and only those", () =>
     withPg(Effect.gen(function*() {
       const { table } = yield* drained(40_000)
-      const done = Option.getOrThrow(yield* PgTransport.compactIndexes({ table, minBytes: 256 * 1024 }))
+      const done = Option.getOrThrow(yield* PgCompaction.compactIndexes({ table, minBytes: 256 * 1024 }))
       expect(done.dropped).toEqual([])
       const byName = new Map(done.indexes.map((index) => [index.index, index]))
       for (const name of [`${table}_pkey`, `${table}_claim_idx`, `${table}_message_id_idx`, `${table}_unkeyed_idx`]) {
@@ -85,7 +86,7 @@ describe("index compaction", () => {
       // The companion tables' indexes are small: left alone.
       for (const name of [`${table}_keys_pkey`, `${table}_waiting_pkey`]) expect(byName.get(name)!.rebuilt).toBe(false)
       // A second run finds nothing to do.
-      const again = Option.getOrThrow(yield* PgTransport.compactIndexes({ table }))
+      const again = Option.getOrThrow(yield* PgCompaction.compactIndexes({ table }))
       expect(again.indexes.filter((index) => index.rebuilt)).toEqual([])
     })), 120_000)
 
@@ -98,7 +99,7 @@ describe("index compaction", () => {
         yield* transport.send("outbox", Array.from({ length: 5000 }, () => outgoing(i)))
       }
       yield* sql.unsafe(`VACUUM ${table}`)
-      const done = Option.getOrThrow(yield* PgTransport.compactIndexes({ table }))
+      const done = Option.getOrThrow(yield* PgCompaction.compactIndexes({ table }))
       const claim = done.indexes.find((index) => index.index === `${table}_claim_idx`)!
       expect(claim.bytesBefore).toBeGreaterThan(1024 * 1024)
       expect(claim.rebuilt).toBe(false)
@@ -108,7 +109,7 @@ describe("index compaction", () => {
     withPg(Effect.scoped(Effect.gen(function*() {
       const { table, transport } = yield* drained(5000)
       const writer = yield* openWriter(table)
-      const compaction = yield* Effect.fork(PgTransport.compactIndexes({ table, force: true }))
+      const compaction = yield* Effect.fork(PgCompaction.compactIndexes({ table, force: true }))
       yield* awaitRebuildWaiting
       // The rebuild waits for the open writer; meanwhile a producer commits and a worker claims and acks.
       yield* transport.send("outbox", [outgoing(1)])
@@ -128,7 +129,7 @@ describe("index compaction", () => {
       const sql = yield* SqlClient.SqlClient
       const { table } = yield* drained(5000)
       const writer = yield* openWriter(table)
-      const compaction = yield* Effect.fork(PgTransport.compactIndexes({ table, force: true }))
+      const compaction = yield* Effect.fork(PgCompaction.compactIndexes({ table, force: true }))
       const pid = yield* awaitRebuildWaiting
       yield* sql`SELECT pg_cancel_backend(${pid})`
       const cancelled = yield* Fiber.await(compaction)
@@ -138,7 +139,7 @@ describe("index compaction", () => {
       expect(left.length).toBe(1)
       expect(left[0]).toMatch(/_ccnew$/)
       // The cancelled compactor let go of its lock: the next one runs, drops the leftover, rebuilds.
-      const done = Option.getOrThrow(yield* PgTransport.compactIndexes({ table }))
+      const done = Option.getOrThrow(yield* PgCompaction.compactIndexes({ table }))
       expect(done.dropped).toEqual(left)
       expect(yield* invalidIndexes(table)).toEqual([])
     }))), 120_000)
@@ -150,9 +151,9 @@ describe("index compaction", () => {
         const { table } = yield* drained(5000)
         const held = yield* sql.reserve
         yield* held.execute("SELECT pg_advisory_lock(hashtext($1))", [`effect-outbox:compact:${table}`], undefined)
-        expect(yield* PgTransport.compactIndexes({ table, force: true })).toEqual(Option.none())
+        expect(yield* PgCompaction.compactIndexes({ table, force: true })).toEqual(Option.none())
         yield* held.execute("SELECT pg_advisory_unlock(hashtext($1))", [`effect-outbox:compact:${table}`], undefined)
-        expect(Option.isSome(yield* PgTransport.compactIndexes({ table }))).toBe(true)
+        expect(Option.isSome(yield* PgCompaction.compactIndexes({ table }))).toBe(true)
       }).pipe(Effect.scoped)
     ), 120_000)
 

@@ -24,7 +24,6 @@ import { type Capabilities, Transport, type TransportShape } from "../services/T
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { runMigrations } from "./internal/migrate.js"
 import { isStorageUnusable, storageNotReady, transportError } from "./pg/errors.js"
-import * as PgCompaction from "./pg/PgCompaction.js"
 import * as PgSession from "./pg/PgSession.js"
 import * as PgWakeups from "./pg/PgWakeups.js"
 import * as Migrations from "./pg/sql/migrations.js"
@@ -425,44 +424,6 @@ export const failedFrom = (
       Effect.mapError((error) => transportError(failureQueue, "stats", error))
     )
     return rows.map((row) => ({ transport: row.origin, count: row.n }))
-  })
-
-/**
- * One index of a table's storage and what `compactIndexes` did with it (sizes in bytes).
- *
- * @since 0.1.0
- * @category models
- */
-export type CompactedIndex = PgCompaction.CompactedIndex
-
-/**
- * What one `compactIndexes` did.
- *
- * @since 0.1.0
- * @category models
- */
-export type Compaction = PgCompaction.Compaction
-
-/**
- * Returns to the server the empty pages of the table's indexes (and of its companion tables' indexes) after a
- * backlog drained: a vacuum empties the table, but a btree index keeps its pages. Each index bigger than `minBytes`
- * (default 1 MiB) and mostly empty for the rows its table holds — every one with `force` — is rebuilt with
- * `REINDEX INDEX CONCURRENTLY`, which does not block producers or workers; invalid indexes an interrupted rebuild
- * left are dropped first. One compactor per table at a time: `None` when another one runs. An operator task (it
- * needs the table's owner): `outbox storage:compact`.
- *
- * @since 0.1.0
- * @category maintenance
- */
-export const compactIndexes = (
-  options: { readonly table?: string; readonly force?: boolean; readonly minBytes?: number } = {}
-): Effect.Effect<Option.Option<Compaction>, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
-  Effect.gen(function*() {
-    const table = yield* Identifier.validateTableName(options.table ?? defaultTable, 48)
-    return yield* PgCompaction.compact(table, {
-      force: options.force ?? false,
-      minBytes: Math.max(0, options.minBytes ?? 1024 * 1024)
-    }).pipe(Effect.mapError((error) => transportError("*", "compact", error)))
   })
 
 /** SQLSTATE 42P01: the table does not exist. */

@@ -131,6 +131,10 @@ export const open = (options: SessionOptions) =>
         })
       })
 
+    /** The errors of a wait's own statements (its announcement, its looks at open transactions). */
+    const waitError = <A>(self: Effect.Effect<A, SqlError>) =>
+      Effect.mapError(self, (error) => options.toError(names[0]!, "announceWait", error))
+
     /**
      * A wait while transactions the announcement found in progress may still be: it ends with a hint, at `until`, or
      * once one of them has ended (the loop claims again: it may have committed a message without notifying), looked
@@ -148,8 +152,7 @@ export const open = (options: SessionOptions) =>
         }
         return Effect.flatMap(options.wakeups.wait(subscription, Duration.millis(Math.min(stepMs, left))), (hinted) =>
           hinted ? Effect.void : performance.now() >= until ? Effect.sync(waiting.unwatch) : Effect.flatMap(
-            Effect.mapError(waiting.anyEnded, (error) =>
-              options.toError(names[0]!, "announceWait", error)),
+            waitError(waiting.anyEnded),
             (ended) =>
               ended || !waiting.watching() ? Effect.void : watchOpen(until, 2 * stepMs)
           ))
@@ -172,11 +175,7 @@ export const open = (options: SessionOptions) =>
             }
           }
           return Effect.flatMap(
-            Effect.mapError(
-              waiting.announce(Duration.toMillis(maxWait)),
-              (error) =>
-                options.toError(names[0]!, "announceWait", error)
-            ),
+            waitError(waiting.announce(Duration.toMillis(maxWait))),
             (announced) => {
               if (announced) {
                 recheck = true
@@ -189,7 +188,9 @@ export const open = (options: SessionOptions) =>
                 const ms = Math.min(recheckMs, Duration.toMillis(maxWait))
                 return Effect.asVoid(options.wakeups.wait(subscription, Duration.millis(ms)))
               }
-              if (waiting.watching()) return watchOpen(performance.now() + Duration.toMillis(maxWait), 2 * recheckMs)
+              if (waiting.watching()) {
+                return watchOpen(performance.now() + Duration.toMillis(maxWait), 2 * recheckMs)
+              }
               return Effect.asVoid(options.wakeups.wait(subscription, maxWait))
             }
           )

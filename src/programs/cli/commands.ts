@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { TransportStats } from "../../domain/Envelope.js"
 import { describeError } from "../../internal/describeError.js"
+import * as PgCompaction from "../../layers/PgCompaction.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
@@ -408,7 +409,7 @@ export const make = (options: CliOptions, environment: Environment) => {
     (o) =>
       Effect.gen(function*() {
         const table = yield* tableOf({ ...o, transportQueues: [] })
-        const done = yield* PgTransport.compactIndexes({ table, force: o.force, minBytes: o.minSize })
+        const done = yield* PgCompaction.compactIndexes({ table, force: o.force, minBytes: o.minSize })
         if (Option.isNone(done)) return yield* Console.log("Another compactor holds the table; nothing done.")
         const { dropped, indexes } = done.value
         for (const name of dropped) yield* Console.log(`Dropped ${name}, left invalid by an interrupted rebuild.`)
