@@ -35,7 +35,7 @@ export interface Probe {
   /** The same from the start of the index, as the worker's claim every second and after a short one. */
   readonly fromStartBuffers: number
   readonly fromStartMs: number
-  /** Rows the lookup returned (locked, then released by the rollback). */
+  /** Rows the lookup returned. */
   readonly rows: number
   /** The index it scanned. */
   readonly index: string
@@ -105,7 +105,11 @@ const drainCapMs = 30 * 60_000
 /**
  * The row lookup of the claim function's unkeyed path (`unkeyedFillAndNextDue` in
  * src/layers/pg/sql/claimFunctions.ts, copied: the claim runs it inside the function), with the function's arguments
- * as parameters: $1 queue, $2 lease in ms, $3 the rows to take, $4 the floor (the session's, in PgSession.ts).
+ * as parameters: $1 queue, $2 lease in ms, $3 the rows to take, $4 the floor (the session's, in PgSession.ts). Without
+ * the claim's `FOR UPDATE SKIP LOCKED`: the probe must not lock the rows the worker is about to claim — its claims
+ * would skip them, and near the end of a small drain a claim could find only those, come back empty and stop the
+ * worker (`stopWhenEmpty`) with them left. The lock reads no index page the scan did not (it marks the rows it
+ * returns, whose heap pages the scan has just read).
  */
 export const lookupSql = `SELECT ready.id FROM "${table}" AS ready
       WHERE ready.queue_name = $1 AND ready.ordering_key IS NULL
@@ -113,8 +117,7 @@ export const lookupSql = `SELECT ready.id FROM "${table}" AS ready
         AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - $2::float8 * interval '1 millisecond'
           OR ready.delivered_at = 'infinity')
       ORDER BY ready.available_at, ready.id
-      LIMIT $3
-      FOR UPDATE SKIP LOCKED`
+      LIMIT $3`
 
 interface PlanNode {
   readonly "Shared Hit Blocks"?: number
@@ -134,24 +137,19 @@ const indexOf = (node: PlanNode): string | undefined =>
 const floorSql = `SELECT coalesce(min(available_at) - interval '1 second', '-infinity') AS floor FROM "${table}"
   WHERE queue_name = $1 AND ordering_key IS NULL AND delivered_at IS NOT NULL`
 
-/** The lookup from `floor` under `EXPLAIN (ANALYZE, BUFFERS)` in a transaction rolled back (its row locks released). */
+/** The lookup from `floor` under `EXPLAIN (ANALYZE, BUFFERS)`. */
 const explain = async (client: pg.Client, batchSize: number, floor: string) => {
-  await client.query("BEGIN")
-  try {
-    const { rows } = await client.query<{ "QUERY PLAN": Array<{ Plan: PlanNode; "Execution Time": number }> }>(
-      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${lookupSql}`,
-      [queue, leaseMs, batchSize, floor]
-    )
-    const explained = rows[0]!["QUERY PLAN"][0]!
-    const plan = explained.Plan
-    return {
-      buffers: (plan["Shared Hit Blocks"] ?? 0) + (plan["Shared Read Blocks"] ?? 0),
-      ms: explained["Execution Time"],
-      rows: plan["Actual Rows"] ?? 0,
-      index: indexOf(plan) ?? "none (sequential scan)"
-    }
-  } finally {
-    await client.query("ROLLBACK")
+  const { rows } = await client.query<{ "QUERY PLAN": Array<{ Plan: PlanNode; "Execution Time": number }> }>(
+    `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${lookupSql}`,
+    [queue, leaseMs, batchSize, floor]
+  )
+  const explained = rows[0]!["QUERY PLAN"][0]!
+  const plan = explained.Plan
+  return {
+    buffers: (plan["Shared Hit Blocks"] ?? 0) + (plan["Shared Read Blocks"] ?? 0),
+    ms: explained["Execution Time"],
+    rows: plan["Actual Rows"] ?? 0,
+    index: indexOf(plan) ?? "none (sequential scan)"
   }
 }
 
@@ -467,8 +465,9 @@ export const section = (d: DrainResult): string => {
     }, each on a fresh database, medians of the rounds. The rates run from the first handler call${
       d.warmupMessages > 0 ? ` (after a drain of ${count(d.warmupMessages)} messages, not measured: JIT warm-up)` : ""
     }; the claim lookup ` +
-    `is the unkeyed claim's \`SELECT … ORDER BY available_at, id LIMIT ${d.batchSize} FOR UPDATE SKIP LOCKED\` ` +
-    `under \`EXPLAIN (ANALYZE, BUFFERS)\` from a connection of its own, rolled back, while the worker runs (shared ` +
+    `is the unkeyed claim's \`SELECT … ORDER BY available_at, id LIMIT ${d.batchSize}\` (without its row locks, ` +
+    `which would hide the rows from the worker) under \`EXPLAIN (ANALYZE, BUFFERS)\` from a connection of its own, ` +
+    `while the worker runs (shared ` +
     `buffers hit + read, median of three probes), from the worker's floor as its session sets it while claims come ` +
     `back full (a second below the oldest row in flight), and again from the start of the index, as the session's ` +
     `claim once a second and after a short claim reads it.\n\n` +
