@@ -47,7 +47,8 @@ describe("PostgreSQL setup", () => {
         [7, "claim_acked_keys_first"],
         [8, "waiting_workers"],
         [9, "claim_floor"],
-        [10, "autovacuum"]
+        [10, "autovacuum"],
+        [11, "claim_plans"]
       ])
       // Each table a message passes through is vacuumed after a fixed count of dead row versions, unthrottled.
       const settings = yield* sql<{ name: string; options: ReadonlyArray<string> }>`

@@ -145,13 +145,13 @@ $claim$`
  * fragments are shared by the claims of migrations 6, 7 and 9 and must keep their text: a migration that ran once
  * must create the same function when it runs on a new database.
  */
-const claimSignature = (fn: string, floor = false) =>
+const claimSignature = (fn: string, floor = false, settings = "") =>
   `CREATE OR REPLACE FUNCTION ${fn}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean${floor ? ", floor_ms float8" : ""}
 ) RETURNS TABLE (
   id text, message_id text, body text, headers text, created_ms float8, available_ms float8, delivery_count int,
   ordering_key text
-) LANGUAGE plpgsql AS $claim$
+) LANGUAGE plpgsql${settings} AS $claim$
 #variable_conflict use_column
 DECLARE
   lease interval := lease_ms * interval '1 millisecond';
@@ -162,12 +162,15 @@ ${
       : ""
   }`
 
-/** Leases the claimable heads among `heads`, returning them (migrations 6 and 7). */
-const leaseHeads = (t: string) =>
+/**
+ * Leases the claimable heads among `heads`, returning them (migrations 6, 7 and 9). `byJoin` (migration 11) finds
+ * them through a join on their ids, as the unkeyed rows of `unkeyedFillAndNextDueV11` are.
+ */
+const leaseHeads = (t: string, byJoin = false) =>
   `    RETURN QUERY
     UPDATE ${t} AS m SET delivered_at = now(),
       delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-    WHERE m.id = ANY(heads) AND m.available_at <= now()
+    ${byJoin ? "FROM unnest(heads) AS h(id) WHERE m.id = h.id" : "WHERE m.id = ANY(heads)"} AND m.available_at <= now()
       AND (m.delivered_at IS NULL OR m.delivered_at < now() - lease OR m.delivered_at = 'infinity')
     RETURNING m.id::text, m.message_id::text, m.body, m.headers,
       (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
@@ -306,7 +309,7 @@ const ackedByIds = (t: string) =>
  * Migration 7's claim up to its unkeyed fill: the acks (`ackedRows`, a `done` CTE returning the deleted rows'
  * keys), then the keys. Migration 9's claim differs only in its signature, its acks and its unkeyed fill.
  */
-const keyedClaim = (t: string, seq: string, keys: string, ackedRows: string) =>
+const keyedClaim = (t: string, seq: string, keys: string, ackedRows: string, byJoin = false) =>
   `  leased int := 0;
   unkeyed int := 0;
   rounds int := 0;
@@ -379,7 +382,7 @@ ${ackedRows}
     -- Every other candidate is due again: at its head's lease end once leased (below, or by another claimer), at
     -- its head's availability when delayed, in 100 ms when it had no row (a producer may be committing one).
 ${keysDueAgain(t, keys, "candidates")}
-${leaseHeads(t)}    GET DIAGNOSTICS leased = ROW_COUNT;
+${leaseHeads(t, byJoin)}    GET DIAGNOSTICS leased = ROW_COUNT;
     keyed := keyed + leased;
     candidates := NULL;
     EXIT WHEN keyed >= batch_size OR rounds >= 3;
@@ -403,3 +406,74 @@ const ackedByJoin = (t: string) =>
  */
 export const claimFunctionV9 = (t: string, fn: string, seq: string, keys: string) =>
   `${claimSignature(fn, true)}${keyedClaim(t, seq, keys, ackedByJoin(t))}${unkeyedFillAndNextDue(t, keys, true)}`
+
+/**
+ * Migration 11's unkeyed fill and next-due answer: their lookups scan the claim index in order, and the rows they find
+ * are leased by a statement of their own, through a join on their ids — see `claimFunctionV11`.
+ */
+const unkeyedFillAndNextDueV11 = (t: string, keys: string) => {
+  const scansInOrder =
+    `PERFORM set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true);`
+  const scansAsBefore =
+    `PERFORM set_config('enable_bitmapscan', bitmap_scans, true), set_config('enable_seqscan', seq_scans, true);`
+  return `  IF keyed < batch_size THEN
+    ${scansInOrder}
+    SELECT array_agg(next.id) INTO found FROM (
+      SELECT ready.id FROM ${t} AS ready
+      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
+        AND ready.available_at >= floor_at AND ready.available_at <= now()
+        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
+      ORDER BY ready.available_at, ready.id
+      LIMIT batch_size - keyed
+      FOR UPDATE SKIP LOCKED
+    ) AS next;
+    ${scansAsBefore}
+    IF found IS NOT NULL THEN
+      RETURN QUERY
+      UPDATE ${t} AS m SET delivered_at = now(),
+        delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
+      FROM unnest(found) AS f(id) WHERE m.id = f.id
+      RETURNING m.id::text, m.message_id::text, m.body, m.headers,
+        (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
+        m.delivery_count, NULL::text;
+      GET DIAGNOSTICS unkeyed = ROW_COUNT;
+    END IF;
+  END IF;
+
+  IF keyed + unkeyed = 0 THEN
+    ${scansInOrder}
+    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
+      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
+        AND available_at >= floor_at
+        ORDER BY available_at LIMIT 1),
+      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at >= floor_at
+        AND available_at <= now()
+        AND delivered_at IS NOT NULL) + lease,
+      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
+    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
+    ${scansAsBefore}
+  END IF;
+END
+$claim$`
+}
+
+/**
+ * Migration 11's claim: migration 9's, with plans that stay cheap whatever the table's statistics say and however
+ * its size changed since they were made. Under a steady load the table holds a few live rows and the index entries
+ * of every row deleted since the last vacuum, and its statistics say it is nearly empty:
+ *
+ * - its statements are planned at every call (`plan_cache_mode`, for the call only): a plan kept for the session —
+ *   made when the worker started on a small table — looked up rows by id by scanning a whole other index, whose size
+ *   grew with every message until a vacuum;
+ * - its lookups of the next rows scan the claim index in order (no bitmap, no sequential scan; the caller's settings
+ *   are restored after them): a bitmap scan reads every entry of the range and the heap page of each, and never
+ *   marks the entries of deleted rows dead as an index scan does the first time it meets them — every claim read the
+ *   heap pages of all the rows deleted since the last vacuum again;
+ * - the rows found are leased by a statement of its own, through a join on their ids (by primary key), and so are
+ *   the heads of keys.
+ */
+export const claimFunctionV11 = (t: string, fn: string, seq: string, keys: string) =>
+  `${claimSignature(fn, true, "\nSET plan_cache_mode = force_custom_plan")}  found bigint[];
+  bitmap_scans text := current_setting('enable_bitmapscan');
+  seq_scans text := current_setting('enable_seqscan');
+${keyedClaim(t, seq, keys, ackedByJoin(t), true)}${unkeyedFillAndNextDueV11(t, keys)}`

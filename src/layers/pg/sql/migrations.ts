@@ -10,6 +10,7 @@ import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import {
+  claimFunctionV11,
   claimFunctionV3,
   claimFunctionV4,
   claimFunctionV5,
@@ -175,6 +176,11 @@ export const loader = (table: string) => {
       for (const name of [table, keySequences(table), keyStates(table), waitingWorkers(table)]) {
         yield* sql.unsafe(`ALTER TABLE ${quote(name)} SET (${autovacuumV10})`)
       }
+    }),
+    // Same signature: the function is replaced in place, so workers of the previous version call it as they did.
+    "11_claim_plans": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql.unsafe(claimFunctionV11(t, fn, quote(keySequences(table)), quote(keyStates(table))))
     })
   })
 }
