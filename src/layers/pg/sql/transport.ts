@@ -266,8 +266,6 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     retract: (worker: string) =>
       sql`DELETE FROM ${waiting} USING (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
         WHERE worker = ${worker}::uuid`,
-    list: (queue: string, limit: number) =>
-      sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE queue_name = ${queue} ORDER BY id LIMIT ${limit}`,
     listPage: (queue: string, after: string, size: number) =>
       sql<StoredRow>`SELECT ${columns} FROM ${t}
         WHERE queue_name = ${queue} AND id > ${after}::bigint ORDER BY id LIMIT ${size}`,
