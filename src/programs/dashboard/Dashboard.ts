@@ -35,7 +35,7 @@ import { describeError } from "../../internal/describeError.js"
 import { Transport } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
 import { applyRetry, planRetry, removeMessages } from "../operator/failedMessages.js"
-import { script, stylesheet } from "./assets.js"
+import { favicon, script, stylesheet } from "./assets.js"
 import type { Html } from "./html.js"
 import { csrfCookie, isCsrfToken, newCsrfToken, refusal } from "./security.js"
 import * as Views from "./views.js"
@@ -139,7 +139,8 @@ const securityHeaders = {
   "content-security-policy": contentSecurityPolicy,
   "x-content-type-options": "nosniff",
   "x-frame-options": "DENY",
-  "referrer-policy": "no-referrer",
+  // Not `no-referrer`: under it a form's POST carries `Origin: null`, which the CSRF check refuses.
+  "referrer-policy": "same-origin",
   "cache-control": "no-store"
 }
 
@@ -462,6 +463,7 @@ export const router = (
       ),
       HttpRouter.get("/assets/dashboard.css", Effect.succeed(asset(stylesheet, "text/css; charset=utf-8"))),
       HttpRouter.get("/assets/dashboard.js", Effect.succeed(asset(script, "text/javascript; charset=utf-8"))),
+      HttpRouter.get("/assets/favicon.svg", Effect.succeed(asset(favicon, "image/svg+xml"))),
       HttpRouter.all("*", Effect.succeed(page(Views.problem(frame, "Not found", "There is no such page."), 404)))
     )
   })

@@ -78,3 +78,8 @@ export const script = `"use strict";
   setTimeout(refresh, every);
 })();
 `
+
+/** The icon (a browser asks for one; without it every page logs a 404). @internal */
+export const favicon =
+  `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#2458c6"/>` +
+  `<path d="M4 8h8M8 4v8" stroke="#fff" stroke-width="2"/></svg>`

@@ -44,6 +44,7 @@ export const layout = (frame: Frame, title: string, body: Html): Html =>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title} · outbox</title>
+<link rel="icon" href="${frame.base}/assets/favicon.svg">
 <link rel="stylesheet" href="${frame.base}/assets/dashboard.css">
 <script src="${frame.base}/assets/dashboard.js" defer></script>
 </head>

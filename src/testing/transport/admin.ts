@@ -67,6 +67,9 @@ export const register = <R>(when: When<R>): void => {
         expect(numbers(yield* t.list("outbox", { max: 1, errorTag: "Timeout", after: timeouts[0]!.id })))
           .toEqual([3])
         expect(yield* t.list("outbox", { max: 10, after: "not-an-id" })).toEqual([])
+        // By id as a number, not as text: 10 and 11 come after 9.
+        yield* t.send("other", Array.from({ length: 11 }, (_, i) => outgoing(i + 1)))
+        expect(numbers(yield* t.list("other", { max: 20 }))).toEqual(Array.from({ length: 11 }, (_, i) => i + 1))
       }))
 
     when("remove deletes only within the named queue", { capabilities: ["browsing"] }, (t) =>
