@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Schedule from "effect/Schedule"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -79,7 +80,8 @@ const seed = () =>
             : Effect.void),
         Handlers.handler(OrderShipped, () => Effect.die(new Error("carrier API exploded")))
       ],
-      retry: { default: { maxRetries: 0 } }
+      // One retry, at once: a failed OrderShipped has a retry history.
+      retry: { default: Schedule.recurs(1) }
     })))
   )
 
@@ -181,6 +183,9 @@ describe("dashboard", () => {
       expect(await page.locator("#error-tag").textContent()).toBe("Error")
       expect(await page.locator("#error-message").textContent()).toContain("carrier API exploded")
       expect(await page.locator("#body").textContent()).toContain(`"carrier": "ups"`)
+      expect(await page.locator("#cause").textContent()).toContain("carrier API exploded")
+      expect(await page.locator("#retries tbody tr").count()).toBe(1)
+      expect(await page.locator("#retries tbody").textContent()).toContain("carrier API exploded")
       await page.screenshot({ path: join(screenshots, "dashboard-failed-message.png"), fullPage: true })
       expect(incidents).toEqual([])
       await close()

@@ -43,6 +43,9 @@ button.primary { color: #fff; background: var(--accent); border: 0; border-radiu
 .chart .backlog { stroke: var(--accent); fill: none; stroke-width: 2; }
 .chart .failed { stroke: var(--bad); fill: none; stroke-width: 2; }
 .chart .handled { stroke: var(--ok); fill: none; stroke-width: 2; }
+.chart .backlog.dot { fill: var(--accent); }
+.chart .failed.dot { fill: var(--bad); }
+.chart .handled.dot { fill: var(--ok); }
 .legend span { margin-right: 1rem; }
 .legend .backlog { color: var(--accent); }
 .legend .failed { color: var(--bad); }

@@ -152,12 +152,15 @@ const chart = (samples: ReadonlyArray<Sample>, now: number): Html => {
   const top = Math.max(1, ...recent.flatMap((s) => [s.backlog, s.failed, s.handled ?? 0]))
   const x = (at: number) => ((at - (now - hourMs)) / hourMs) * (chartWidth - 50) + 45
   const y = (n: number) => chartHeight - 20 - (n / top) * (chartHeight - 35)
-  const line = (cls: string, value: (s: Sample) => number) =>
-    recent.length === 0
+  // A line through the samples, and a dot on the last one (a line of one sample shows nothing).
+  const line = (cls: string, value: (s: Sample) => number) => {
+    const last = recent[recent.length - 1]
+    return last === undefined
       ? ""
       : html`<polyline class="${cls}" points="${
         recent.map((s) => `${x(s.at).toFixed(1)},${y(value(s)).toFixed(1)}`).join(" ")
-      }"/>`
+      }"/><circle class="${cls} dot" r="3" cx="${x(last.at).toFixed(1)}" cy="${y(value(last)).toFixed(1)}"/>`
+  }
   const firstFailed = recent[0]?.failed ?? 0
   let failures = 0
   for (let i = 1; i < recent.length; i++) failures += Math.max(0, recent[i]!.failed - recent[i - 1]!.failed)
@@ -309,6 +312,15 @@ ${
         )
     }
 </dl>
+${
+      frame.readOnly ?
+        "" :
+        html`<p class="actions"><a id="retry" href="${
+          href(frame, "/failed/confirm", { action: "retry", transport, id: d.id })
+        }">Retry…</a><a id="remove" href="${
+          href(frame, "/failed/confirm", { action: "remove", transport, id: d.id })
+        }">Remove…</a></p>`
+    }
 <h2>Error</h2>
 <p id="error"><strong id="error-tag">${d.errorTag}</strong>: <span id="error-message">${d.errorMessage}</span></p>
 <h3>Cause</h3>
@@ -329,15 +341,7 @@ ${
 ${longText(body.text, "body")}
 <h2>Headers</h2>
 ${longText(headers.text, "headers")}
-${
-      frame.readOnly ?
-        "" :
-        html`<p class="actions"><a id="retry" href="${
-          href(frame, "/failed/confirm", { action: "retry", transport, id: d.id })
-        }">Retry…</a><a id="remove" href="${
-          href(frame, "/failed/confirm", { action: "remove", transport, id: d.id })
-        }">Remove…</a></p>`
-    }`
+`
   )
 }
 
