@@ -281,6 +281,46 @@ describe("dashboard", () => {
       await close()
     }))
 
+  it.live("the overview refreshes itself: a new message shows without a reload", () =>
+    Effect.gen(function*() {
+      const { close, incidents, page } = yield* Effect.promise(() => watchedPage())
+      const selector = `#transports tr[data-transport="outbox"] [data-count="ready"]`
+      const before = yield* Effect.promise(async () => {
+        await page.goto(`${withToken}/`)
+        return Number(await page.locator(selector).textContent())
+      })
+      yield* withPg(
+        Outbox.dispatch(new OrderPaid({ orderId: 200, amount: 1 })).pipe(
+          Effect.provide(outboxStack({ table, handlers: [] }))
+        )
+      )
+      // The script's next refresh shows it: the page is not reloaded.
+      yield* Effect.promise(() => page.locator(selector, { hasText: new RegExp(`^${before + 1}$`) }).waitFor())
+      expect(incidents).toEqual([])
+      yield* Effect.promise(close)
+    }))
+
+  it.live("remove of every message matching the filters, with the token, removes exactly those", () =>
+    Effect.gen(function*() {
+      const before = yield* failedIds(table)
+      const { close, incidents, page } = yield* Effect.promise(() => watchedPage())
+      const shipped = yield* Effect.promise(async () => {
+        await page.goto(`${withToken}/failed?type=OrderShipped`)
+        const ids = await listedIds(page)
+        await page.click("#remove-all")
+        expect(await page.locator("#question").textContent()).toContain(`${ids.length} message(s)`)
+        await page.fill("#token", token)
+        const [response] = await Promise.all([page.waitForResponse(/\/failed\/remove$/), page.click("#confirm button")])
+        expect(response.status()).toBe(200)
+        expect(await page.locator("#result").textContent()).toContain(`${ids.length} message(s) removed.`)
+        return ids
+      })
+      expect(shipped.length).toBe(1)
+      expect(yield* failedIds(table)).toEqual(before.filter((id) => !shipped.includes(id)))
+      expect(incidents).toEqual([])
+      yield* Effect.promise(close)
+    }))
+
   it.live("bad input is a 400 with a message, never a crash", () =>
     Effect.promise(async () => {
       const status = async (path: string) => {

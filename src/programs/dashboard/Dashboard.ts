@@ -333,8 +333,8 @@ export const router = (
       })
 
     /** A mutation: the guard first, then the selection from the form, then `act`. */
-    const mutation = (
-      act: (transport: string, messages: ReadonlyArray<StoredMessage>) => Effect.Effect<Html, unknown>
+    const mutation = <E>(
+      act: (transport: string, messages: ReadonlyArray<StoredMessage>) => Effect.Effect<Html, E>
     ) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -358,7 +358,10 @@ export const router = (
         return page(yield* act(name, messages))
       })
 
-    const handle = <E>(self: Effect.Effect<HttpServerResponse.HttpServerResponse, E, any>) =>
+    /** A route's answer: its failures and defects become error pages (400/404 for bad requests, else 500). */
+    const handle = <E, R>(
+      self: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+    ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, R> =>
       self.pipe(
         Effect.catchAll((error) =>
           Effect.succeed(
@@ -373,11 +376,7 @@ export const router = (
         Effect.catchAllDefect((defect) =>
           Effect.succeed(page(Views.problem(frame, "Error", describeError(defect)), 500))
         )
-      ) as Effect.Effect<
-        HttpServerResponse.HttpServerResponse,
-        never,
-        HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams
-      >
+      )
 
     return HttpRouter.empty.pipe(
       HttpRouter.get(

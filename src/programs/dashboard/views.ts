@@ -261,8 +261,12 @@ ${page.map((m) => listRow(frame, filters.transport, m))}
     }</p>
 ${
       frame.readOnly || page.length === 0 ? "" : html`<p class="actions">Every message matching these filters:
-<a href="${href(frame, "/failed/confirm", { ...filterParams, action: "retry", all: "1" })}">Retry all…</a>
-<a href="${href(frame, "/failed/confirm", { ...filterParams, action: "remove", all: "1" })}">Remove all…</a></p>`
+<a id="retry-all" href="${
+        href(frame, "/failed/confirm", { ...filterParams, action: "retry", all: "1" })
+      }">Retry all…</a>
+<a id="remove-all" href="${
+        href(frame, "/failed/confirm", { ...filterParams, action: "remove", all: "1" })
+      }">Remove all…</a></p>`
     }`
   )
 }
