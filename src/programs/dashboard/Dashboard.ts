@@ -479,10 +479,10 @@ const valueOf = (
   key: string,
   value: string | ReadonlyArray<string> | undefined
 ): Effect.Effect<string | undefined, BadRequest> => {
-  if (Array.isArray(value) && value.length > 1) {
+  if (typeof value !== "string" && value !== undefined && value.length > 1) {
     return new BadRequest({ message: `"${key}" is given more than once` })
   }
-  const one: string | undefined = typeof value === "string" ? value : (value as ReadonlyArray<string> | undefined)?.[0]
+  const one = typeof value === "string" ? value : value?.[0]
   if (one !== undefined && one.length > maxValueLength) {
     return new BadRequest({ message: `"${key}" is too long (at most ${maxValueLength} characters)` })
   }

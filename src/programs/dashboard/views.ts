@@ -89,7 +89,7 @@ export const overviewContent = (
   html`<h2>Transports</h2>
 <table id="transports">
 <thead><tr><th>Transport</th><th>Queue</th><th class="n">Ready</th><th class="n">Delayed</th><th class="n">In flight</th>
-<th class="n">Failed</th><th class="n">Oldest ready</th><th class="n">Blocked keys</th></tr></thead>
+<th class="n" title="The messages in its failure transport">Failed</th><th class="n">Oldest ready</th><th class="n">Blocked keys</th></tr></thead>
 <tbody>
 ${
     queues.map(({ failureTransport, keyed, stats: s }) =>
@@ -100,8 +100,8 @@ ${
         s.failed === 0
           ? "0"
           : html`<a class="bad" href="${
-            href(frame, "/failed", { transport: failureTransport, from: s.transport })
-          }" title="in ${failureTransport}, from every transport">${s.failed}</a>`
+            href(frame, "/failed", { transport: failureTransport })
+          }" title="the messages in ${failureTransport}, from every transport it serves">${s.failed}</a>`
       }</td>
 <td class="n" data-count="oldestReady">${formatAge(s.oldestReadyAgeMs)}</td>
 <td class="n" data-count="blockedKeys">${
