@@ -8,7 +8,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Schedule from "effect/Schedule"
-import { mkdtempSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type Browser, chromium, type Page } from "playwright-core"
@@ -114,6 +114,7 @@ afterAll(async () => {
   await browser?.close()
   for (const proc of procs) proc.kill("SIGTERM")
   await Promise.all(procs.map((proc) => proc.exited))
+  if (screenshots !== "docs") rmSync(screenshots, { recursive: true, force: true })
 })
 
 /** A page that records every dialog, console error and uncaught error it sees. */

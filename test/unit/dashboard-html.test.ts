@@ -1,11 +1,13 @@
 /**
  * The dashboard's escaping and its guard of mutations, without a server: every value `html` is given is escaped,
- * and a mutation needs a configured token, the CSRF token and the operator token, in that order.
+ * a mutation needs a configured token, the CSRF token and the operator token, in that order; the chart draws the last
+ * hour.
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as Redacted from "effect/Redacted"
 import { escapeHtml, html } from "../../src/programs/dashboard/html.js"
 import { csrfCookie, newCsrfToken, refusal } from "../../src/programs/dashboard/security.js"
+import { overviewContent } from "../../src/programs/dashboard/views.js"
 
 describe("dashboard html", () => {
   it("escapes the characters that open markup or close an attribute", () => {
@@ -57,5 +59,42 @@ describe("dashboard guard", () => {
     expect(refusal(token, { ...request, csrf: newCsrfToken() })).toContain("CSRF")
     expect(refusal(token, { ...request, token: undefined })).toContain("required")
     expect(refusal(token, { ...request, token: "operator-token " })).toContain("wrong")
+  })
+})
+
+describe("dashboard chart", () => {
+  const frame = { base: "", readOnly: true }
+  const stats = {
+    transport: "outbox",
+    queue: "outbox",
+    ready: 1,
+    delayed: 0,
+    inFlight: 0,
+    failed: 2,
+    oldestReadyAgeMs: 1000,
+    blockedKeys: 0
+  }
+  const now = 10_000_000
+
+  it("draws the waiting and failed counts of the last hour, and what this process handled when a worker runs here", () => {
+    const samples = [
+      { at: now - 2 * 3_600_000, backlog: 99, failed: 99, handled: null },
+      { at: now - 60_000, backlog: 4, failed: 1, handled: 3 },
+      { at: now, backlog: 2, failed: 2, handled: 5 }
+    ]
+    const markup = overviewContent(frame, [{ stats, keyed: true, failureTransport: "failed" }], [], samples, now).markup
+    expect(markup).toContain(`<polyline class="backlog"`)
+    expect(markup).toContain(`<polyline class="failed"`)
+    expect(markup).toContain(`<polyline class="handled"`)
+    // The sample older than an hour is left out: the scale's top is 5, not 99.
+    expect(markup).not.toContain(">99<")
+    expect(markup).toContain("2 sample(s)")
+    expect(markup).toContain("1 message(s) failed, 8 handled here")
+  })
+
+  it("leaves the handled line out when no worker runs in this process", () => {
+    const samples = [{ at: now, backlog: 2, failed: 2, handled: null }]
+    const markup = overviewContent(frame, [], [], samples, now).markup
+    expect(markup).not.toContain(`class="handled"`)
   })
 })
