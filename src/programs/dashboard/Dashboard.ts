@@ -16,6 +16,7 @@ import * as HttpRouter from "@effect/platform/HttpRouter"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as UrlParams from "@effect/platform/UrlParams"
+import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -209,7 +210,7 @@ export const router = (
     const sample = Effect.gen(function*() {
       const queues = yield* Effect.forEach(queueNames, (name) => admin.stats(name))
       const failures = yield* Effect.forEach(failureNames, (name) => admin.stats(name))
-      const at = Date.now()
+      const at = yield* Clock.currentTimeMillis
       const handledNow = handledHere()
       const handled = handledNow === null ? null : handledNow - (handledBefore ?? handledNow)
       handledBefore = handledNow
@@ -296,7 +297,7 @@ export const router = (
           }))
       )
       const failures = yield* Effect.forEach(failureNames, (name) => admin.stats(name))
-      return Views.overviewContent(frame, queues, failures, yield* Ref.get(samples), Date.now())
+      return Views.overviewContent(frame, queues, failures, yield* Ref.get(samples), yield* Clock.currentTimeMillis)
     })
 
     const selectionOf = <R>(get: Values<R>) =>

@@ -73,7 +73,6 @@ export const script = `"use strict";
       .then(function (markup) {
         var parsed = new DOMParser().parseFromString(markup, "text/html");
         live.replaceChildren.apply(live, Array.prototype.slice.call(parsed.body.childNodes));
-        live.setAttribute("data-refreshed", String(Date.now()));
       })
       .catch(function () { /* the next round tries again */ })
       .then(function () { setTimeout(refresh, every); });
