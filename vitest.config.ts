@@ -23,7 +23,11 @@ const unit = [
 /** `effect-outbox` imports (the examples') resolve to the sources, as tsconfig's `paths` do for `tsc`. */
 const alias = [
   { find: /^effect-outbox$/, replacement: fileURLToPath(new URL("src/index.ts", import.meta.url)) },
-  { find: /^effect-outbox\/Cli$/, replacement: fileURLToPath(new URL("src/programs/Cli.ts", import.meta.url)) }
+  { find: /^effect-outbox\/Cli$/, replacement: fileURLToPath(new URL("src/programs/Cli.ts", import.meta.url)) },
+  {
+    find: /^effect-outbox\/Dashboard$/,
+    replacement: fileURLToPath(new URL("src/programs/dashboard/Dashboard.ts", import.meta.url))
+  }
 ]
 
 export default defineConfig({

@@ -4,7 +4,8 @@
  * 1. `http-api`: started as a child process on a free port; creates orders and pays them over HTTP (one with a
  *    negative amount), waits for the worker's outcome lines, sends SIGTERM, and checks the exit code (0), one
  *    invoice per paid order, the negative one in the failure queue, and the traces it exported over OTLP to a
- *    stand-in collector (each payment's request, its `send` and the worker's `process` in one trace).
+ *    stand-in collector (each payment's request, its `send` and the worker's `process` in one trace), and the
+ *    dashboard mounted under `/outbox` (401 without the example's credentials, the failed message with them).
  * 2. `worker-only`: pays more orders in a script (the same `pay` transaction), runs `consume outbox --limit N`
  *    and checks its exit code and the invoices.
  *
@@ -98,7 +99,8 @@ const runHttpExample = async (db: pg.Client, url: string) => {
   const app = spawn("examples/http-api/main.ts", [], {
     DATABASE_URL: url,
     PORT: String(port),
-    OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint
+    OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint,
+    DASHBOARD_PASSWORD: "example-password"
   })
   try {
     await app.waitFor(/listening on /)
@@ -126,6 +128,22 @@ const runHttpExample = async (db: pg.Client, url: string) => {
 
     await app.waitFor(/handled OrderPaid /, 3)
     await app.waitFor(/failed OrderPaid .*negative amount/)
+    // The dashboard, mounted under /outbox behind the example's own authentication (HTTP Basic).
+    const dashboard = (route: string, credentials?: string) =>
+      fetch(`http://127.0.0.1:${port}/outbox${route}`, {
+        headers: credentials === undefined
+          ? {}
+          : { authorization: `Basic ${Buffer.from(credentials).toString("base64")}` }
+      })
+    const closed = await dashboard("/failed")
+    check(closed.status === 401, `the dashboard without credentials answered ${closed.status}, not 401`)
+    const opened = await dashboard("/failed", "admin:example-password")
+    const listed = await opened.text()
+    check(
+      opened.status === 200 && listed.includes("negative amount"),
+      `the dashboard answered ${opened.status} without the failed message:\n${listed}`
+    )
+    console.log("✔ http-api: the dashboard under /outbox, behind the application's authentication, shows the failure")
     app.proc.kill("SIGTERM")
     const code = await app.exited
     check(code === 0, `http-api exited with ${code} on SIGTERM, not 0:\n${app.lines.join("\n")}`)

@@ -9,12 +9,16 @@
  * own tables and runs the outbox's migrations explicitly (`setup`, what `outbox setup-transports` does), then
  * prints `listening on <port>`; each outcome of the worker is one line (`handled …`, `retried …`, `failed …`).
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set it exports its traces there (see tracing.ts).
+ *
+ * The outbox dashboard is mounted under `/outbox`, behind the application's own check: HTTP Basic, user `admin`,
+ * password `DASHBOARD_PASSWORD` (not set: closed). Its retry and remove need `OUTBOX_DASHBOARD_TOKEN` besides.
  */
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
-import { Config, Console, Effect, Layer, Schema } from "effect"
+import { Config, Console, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { TransportAdmin } from "effect-outbox"
+import * as Dashboard from "effect-outbox/Dashboard"
 import { createServer } from "node:http"
 import { OutboxLive, pay, WorkerLive } from "./app.js"
 import { TracingLive } from "./tracing.js"
@@ -43,7 +47,7 @@ const Setup = Layer.effectDiscard(Effect.gen(function*() {
 const OrderBody = Schema.Struct({ amountCents: Schema.Int })
 const OrderPath = Schema.Struct({ id: Schema.NumberFromString.pipe(Schema.int()) })
 
-const router = HttpRouter.empty.pipe(
+const routes = HttpRouter.empty.pipe(
   HttpRouter.post(
     "/orders",
     Effect.gen(function*() {
@@ -60,15 +64,42 @@ const router = HttpRouter.empty.pipe(
       yield* pay(id)
       return HttpServerResponse.empty({ status: 204 })
     })
-  ),
-  Effect.catchTags({
-    ParseError: (error) => HttpServerResponse.text(error.message, { status: 400 }),
-    RequestError: () => HttpServerResponse.text("unreadable body", { status: 400 }),
-    OrderNotFound: (error) => HttpServerResponse.text(`no unpaid order ${error.orderId}`, { status: 404 })
-  })
+  )
 )
 
-const HttpLive = HttpServer.serve(router).pipe(
+// #region dashboard
+/**
+ * The dashboard behind this application's own authentication (a stand-in for yours): HTTP Basic, user `admin`,
+ * password `DASHBOARD_PASSWORD`; without one it stays closed.
+ */
+const guardedDashboard = Effect.gen(function*() {
+  const password = yield* Config.option(Config.redacted("DASHBOARD_PASSWORD"))
+  const expected = Option.map(password, (p) => `Basic ${Buffer.from(`admin:${Redacted.value(p)}`).toString("base64")}`)
+  const dashboard = yield* Dashboard.router({ basePath: "/outbox" })
+  return Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    if (Option.isNone(expected) || request.headers["authorization"] !== expected.value) {
+      return HttpServerResponse.text("authentication required\n", {
+        status: 401,
+        headers: { "www-authenticate": `Basic realm="outbox"` }
+      })
+    }
+    return yield* dashboard
+  })
+})
+
+const app = (dashboard: Effect.Effect.Success<typeof guardedDashboard>) =>
+  routes.pipe(
+    HttpRouter.mountApp("/outbox", dashboard),
+    Effect.catchTags({
+      ParseError: (error) => HttpServerResponse.text(error.message, { status: 400 }),
+      RequestError: () => HttpServerResponse.text("unreadable body", { status: 400 }),
+      OrderNotFound: (error) => HttpServerResponse.text(`no unpaid order ${error.orderId}`, { status: 404 })
+    })
+  )
+// #endregion
+
+const HttpLive = Layer.unwrapScoped(Effect.map(guardedDashboard, (dashboard) => HttpServer.serve(app(dashboard)))).pipe(
   Layer.tap(() =>
     HttpServer.addressWith((address) => Console.log(`listening on ${HttpServer.formatAddress(address)}`))
   ),

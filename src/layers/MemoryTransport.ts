@@ -17,6 +17,7 @@ import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { defaultRedeliverTimeout } from "../domain/Routing.js"
 import { compareIds } from "../internal/compareIds.js"
+import { headerFilter } from "../internal/listFilter.js"
 import {
   checkKnown,
   failureTransports,
@@ -288,13 +289,21 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             if (ids.length > 0) hint(name)
           })
         ),
-      list: (name, { max, type }) =>
-        Effect.map(lookup(name), () =>
-          Array.from(rows.values())
-            .filter((row) => row.queueName === name && (type === undefined || Headers.typeOf(row.headers) === type))
+      list: (name, options) =>
+        Effect.map(lookup(name), () => {
+          const matches = headerFilter(options)
+          const { after } = options
+          // Ids are decimal: an `after` that is no id lists nothing, as on PostgreSQL.
+          if (after !== undefined && !/^\d+$/.test(after)) return []
+          return Array.from(rows.values())
+            .filter((row) =>
+              row.queueName === name && (after === undefined || compareIds(row.id, after) > 0) &&
+              (matches === undefined || matches(row.headers))
+            )
             .sort(byId)
-            .slice(0, Math.max(0, Math.floor(max)))
-            .map(toStored)),
+            .slice(0, Math.max(0, Math.floor(options.max)))
+            .map(toStored)
+        }),
       find: (name, id) =>
         Effect.map(
           lookup(name),

@@ -19,6 +19,7 @@ import { OutboxConfigError, TransportError, UnknownTransportError } from "../dom
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { mapConfigError } from "../internal/configError.js"
+import { headerFilter } from "../internal/listFilter.js"
 import { rowCapabilities, unknownTransport } from "../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
@@ -252,20 +253,23 @@ export const make = (
           Effect.zipRight(statements.release(queue, values), statements.releaseKeys(queue, values)))
     }
 
-    const list: TransportAdminShape["list"] = (name, { max, type }) =>
+    const list: TransportAdminShape["list"] = (name, options) =>
       Effect.gen(function*() {
         const { queueName } = yield* lookup(name)
-        const limit = Math.max(0, Math.floor(max))
-        if (type === undefined) {
-          return (yield* statements.list(queueName, limit).pipe(wrap(name, "list"))).map(toStored(name))
+        const limit = Math.max(0, Math.floor(options.max))
+        // Keyset paging on the primary key. An `after` that is no row id lists nothing.
+        if (options.after !== undefined && !isRowId(options.after)) return []
+        let after = options.after ?? "0"
+        const matches = headerFilter(options)
+        if (matches === undefined) {
+          return (yield* statements.listPage(queueName, after, limit).pipe(wrap(name, "list"))).map(toStored(name))
         }
-        // Headers are text that may be corrupt, so the type is matched here, page by page, not in SQL.
+        // Headers are text that may be corrupt, so the filters are matched here, page by page, not in SQL.
         const found: Array<StoredMessage> = []
-        let after = "0"
         while (found.length < limit) {
           const page = yield* statements.listPage(queueName, after, 1000).pipe(wrap(name, "list"))
           for (const row of page) {
-            if (found.length < limit && Headers.typeOf(row.headers) === type) found.push(toStored(name)(row))
+            if (found.length < limit && matches(row.headers)) found.push(toStored(name)(row))
           }
           if (page.length < 1000) break
           after = page[page.length - 1]!.id

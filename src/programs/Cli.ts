@@ -24,6 +24,7 @@ import type { Handlers } from "../services/Handlers.js"
 import type { IdempotencyStore } from "../services/IdempotencyStore.js"
 import type { Transport } from "../services/Transport.js"
 import * as Commands from "./cli/commands.js"
+import * as DashboardCommand from "./cli/dashboard.js"
 import * as Environment from "./cli/environment.js"
 import * as Failed from "./cli/failed.js"
 import * as CliLogger from "./cli/logger.js"
@@ -79,7 +80,8 @@ export const make = (options: CliOptions = {}) => {
   const environment = Environment.make(options)
   const { consume, idempotencyPurge, setupTransports, stats, storageCompact } = Commands.make(options, environment)
   const { failedRemove, failedRetry, failedShow } = Failed.make(environment)
-  const builtIn = [setupTransports, failedShow, failedRetry, failedRemove, stats, storageCompact] as const
+  const dashboard = DashboardCommand.make(environment)
+  const builtIn = [setupTransports, failedShow, failedRetry, failedRemove, stats, storageCompact, dashboard] as const
   const subcommands = [
     ...builtIn,
     ...(environment.idempotencyOptions === undefined ? [] : [idempotencyPurge]),

@@ -13,6 +13,23 @@ import type * as Headers from "../domain/Headers.js"
 import type { TransportShape } from "./Transport.js"
 
 /**
+ * What `list` returns: at most `max` messages, by id, after the id `after` (exclusive) when given. Each filter given
+ * keeps only the messages whose headers say so — `type`, the tag of the last error (`errorTag`), the transport a
+ * failed message came from (`originalTransport`); headers that cannot be decoded match no filter. An `after` that is
+ * not an id of the backend lists nothing.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ListOptions {
+  readonly max: number
+  readonly after?: string | undefined
+  readonly type?: string | undefined
+  readonly errorTag?: string | undefined
+  readonly originalTransport?: string | undefined
+}
+
+/**
  * Operator operations. The browsing ones (`list`, `find`, `remove`, `move`) need the transport's `browsing`
  * capability (see `Transport.Capabilities`); on a transport without it they fail with a `TransportError`
  * that says so.
@@ -24,12 +41,12 @@ export interface TransportAdminShape {
   /** Creates or migrates the storage; idempotent. Returns the migrations it applied (none when up to date). */
   readonly setup: Effect.Effect<ReadonlyArray<string>, TransportError | OutboxConfigError>
   /**
-   * Messages of a transport's queue in any state, by id, at most `max`; with `type`, only that message type
-   * (headers that cannot be decoded never match a type).
+   * Messages of a transport's queue in any state, by id, at most `max`, those after the id `after` when given
+   * (keyset paging: the next page starts after the last id of the previous one); filtered by `ListOptions`.
    */
   readonly list: (
     transport: string,
-    options: { readonly max: number; readonly type?: string | undefined }
+    options: ListOptions
   ) => Effect.Effect<ReadonlyArray<StoredMessage>, TransportError | UnknownTransportError>
   /** One message of a transport's queue by its transport id. */
   readonly find: (

@@ -6,12 +6,12 @@
 import { Args, Command, Options, Prompt } from "@effect/cli"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import type { StoredMessage } from "../../domain/Envelope.js"
 import * as Headers from "../../domain/Headers.js"
 import type { TransportShape } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
+import { applyRetry, planRetry, removeMessages } from "../operator/failedMessages.js"
 import { Deployment, type Environment } from "./environment.js"
 import { renderTable, truncate } from "./format.js"
 import {
@@ -170,35 +170,21 @@ export const make = ({ opened, withOperatorTransport }: Environment) => {
     (o) =>
       onSelected(o, (transport, messages) =>
         Effect.gen(function*() {
-          const admin = yield* TransportAdmin
           const { inferred } = yield* Deployment
-          const plan: Array<
-            { readonly message: StoredMessage; readonly to: string; readonly headers: Headers.Headers }
-          > = []
-          const refused: Array<string> = []
-          for (const message of messages) {
-            const checked = retryPlan(message, o.transport, transport.names)
-            if (Either.isLeft(checked)) refused.push(checked.left)
-            else plan.push({ message, ...checked.right })
-          }
+          const { refused, steps } = planRetry(messages, o.transport, transport.names)
           // Each refused message stays where it is, with its reason: said here, one line each.
           for (const reason of refused) yield* Console.error(`[ERROR] ${reason}`)
-          if (plan.length > 0) {
-            yield* confirm(`Retry ${plan.length} message(s)?`, o.force)
-            let moved = 0
-            for (const { headers, message, to } of plan) {
-              if (yield* admin.move(o.transport, message.id, { to, headers })) {
-                moved++
-                yield* Console.log(
-                  `[OK] Message "${message.id}" (${message.messageId}) sent back to "${to}"` +
-                    (inferred.has(to)
-                      ? ` (its queue_name is taken to be "${to}", as no option names it: ` +
-                        `pass --transport-queue ${to}=QUEUE if it is another).`
-                      : ".")
-                )
-              }
-            }
-            yield* Console.log(`${moved} message(s) will be retried by the workers of their transports.`)
+          if (steps.length > 0) {
+            yield* confirm(`Retry ${steps.length} message(s)?`, o.force)
+            const moved = yield* applyRetry(o.transport, steps, ({ message, to }) =>
+              Console.log(
+                `[OK] Message "${message.id}" (${message.messageId}) sent back to "${to}"` +
+                  (inferred.has(to)
+                    ? ` (its queue_name is taken to be "${to}", as no option names it: ` +
+                      `pass --transport-queue ${to}=QUEUE if it is another).`
+                    : ".")
+              ))
+            yield* Console.log(`${moved.length} message(s) will be retried by the workers of their transports.`)
           }
           if (refused.length > 0) {
             return yield* fail(
@@ -215,48 +201,11 @@ export const make = ({ opened, withOperatorTransport }: Environment) => {
     (o) =>
       onSelected(o, (_transport, messages) =>
         Effect.gen(function*() {
-          const admin = yield* TransportAdmin
           yield* confirm(`Permanently remove ${messages.length} message(s)?`, o.force)
-          let removed = 0
-          for (let i = 0; i < messages.length; i += 1000) {
-            removed += yield* admin.remove(o.transport, messages.slice(i, i + 1000).map((m) => m.id))
-          }
+          const removed = yield* removeMessages(o.transport, messages)
           yield* Console.log(`[OK] ${removed} message(s) removed.`)
         }))
   ).pipe(Command.withDescription("Delete failed messages"))
 
   return { failedShow, failedRetry, failedRemove }
-}
-
-/**
- * Where a failed message goes back to and with which headers, or why it cannot: its headers cannot be read, its
- * original headers were corrupt (the worker kept their text in `rawHeaders`; sent back, it would fail again as an
- * unknown type and lose its reason), or it came from a transport nobody serves. A retry is a new start: the retry
- * budget and the last error are cleared; handlers that already succeeded stay skipped.
- */
-const retryPlan = (
-  message: StoredMessage,
-  from: string,
-  served: ReadonlyArray<string>
-): Either.Either<{ readonly to: string; readonly headers: Headers.Headers }, string> => {
-  const decoded = Headers.decode(message.headers)
-  if (Either.isLeft(decoded)) {
-    return Either.left(`Message "${message.id}" has corrupt headers: it can only be shown or removed.`)
-  }
-  const headers = decoded.right
-  if (headers.rawHeaders !== undefined) {
-    return Either.left(
-      `Message "${message.id}" cannot be retried: its original headers were corrupt, so its type and stamps are ` +
-        `unknown (failed:show ${message.id} -v shows them); it can only be shown or removed.`
-    )
-  }
-  const to = headers.originalTransport ?? from
-  if (!served.includes(to)) {
-    return Either.left(
-      `Message "${message.id}" came from the unknown transport "${to}" (known: ${served.join(", ")}): ` +
-        `pass --transport-queue ${to}=QUEUE to name its queue.`
-    )
-  }
-  const { errorDetails: _e, originalTransport: _o, redeliveries: _r, ...rest } = headers
-  return Either.right({ to, headers: new Headers.Headers(rest) })
 }

@@ -35,6 +35,43 @@ export const register = <R>(when: When<R>): void => {
         expect((yield* t.find("outbox", "999999999"))._tag).toBe("None")
       }))
 
+    when("list pages by id after a cursor, and filters by error tag and original transport", {
+      capabilities: ["browsing"]
+    }, (t) =>
+      Effect.gen(function*() {
+        const failed = (tag: string, from: string) =>
+          Headers.encode(
+            new Headers.Headers({
+              type: "A",
+              errorDetails: new Headers.ErrorDetails({ tag, message: "boom" }),
+              originalTransport: from
+            })
+          )
+        yield* t.send("outbox", [
+          { ...outgoing(1, 0, "A"), headers: failed("Timeout", "outbox") },
+          { ...outgoing(2, 0, "A"), headers: failed("Refused", "other") },
+          { ...outgoing(3, 0, "A"), headers: failed("Timeout", "other") },
+          { ...outgoing(4), headers: "{corrupt" },
+          { ...outgoing(5, 0, "A"), headers: failed("Timeout", "outbox") }
+        ])
+        const first = yield* t.list("outbox", { max: 2 })
+        expect(numbers(first)).toEqual([1, 2])
+        const second = yield* t.list("outbox", { max: 2, after: first[1]!.id })
+        expect(numbers(second)).toEqual([3, 4])
+        expect(numbers(yield* t.list("outbox", { max: 2, after: second[1]!.id }))).toEqual([5])
+        expect(numbers(yield* t.list("outbox", { max: 10, errorTag: "Timeout" }))).toEqual([1, 3, 5])
+        expect(numbers(yield* t.list("outbox", { max: 10, originalTransport: "other" }))).toEqual([2, 3])
+        expect(numbers(yield* t.list("outbox", { max: 10, errorTag: "Timeout", originalTransport: "outbox" })))
+          .toEqual([1, 5])
+        const timeouts = yield* t.list("outbox", { max: 1, errorTag: "Timeout" })
+        expect(numbers(yield* t.list("outbox", { max: 1, errorTag: "Timeout", after: timeouts[0]!.id })))
+          .toEqual([3])
+        expect(yield* t.list("outbox", { max: 10, after: "not-an-id" })).toEqual([])
+        // By id as a number, not as text: 10 and 11 come after 9.
+        yield* t.send("other", Array.from({ length: 11 }, (_, i) => outgoing(i + 1)))
+        expect(numbers(yield* t.list("other", { max: 20 }))).toEqual(Array.from({ length: 11 }, (_, i) => i + 1))
+      }))
+
     when("remove deletes only within the named queue", { capabilities: ["browsing"] }, (t) =>
       Effect.gen(function*() {
         yield* t.send("outbox", [outgoing(1)])

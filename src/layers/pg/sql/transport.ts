@@ -266,11 +266,10 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
     retract: (worker: string) =>
       sql`DELETE FROM ${waiting} USING (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
         WHERE worker = ${worker}::uuid`,
-    list: (queue: string, limit: number) =>
-      sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE queue_name = ${queue} ORDER BY id LIMIT ${limit}`,
+    /** Keyset paging; `${t}.id` is the bigint column (a bare `id` would be the text column of `columns`). */
     listPage: (queue: string, after: string, size: number) =>
       sql<StoredRow>`SELECT ${columns} FROM ${t}
-        WHERE queue_name = ${queue} AND id > ${after}::bigint ORDER BY id LIMIT ${size}`,
+        WHERE queue_name = ${queue} AND id > ${after}::bigint ORDER BY ${t}.id LIMIT ${size}`,
     find: (queue: string, id: string) =>
       sql<StoredRow>`SELECT ${columns} FROM ${t} WHERE id = ${id}::bigint AND queue_name = ${queue}`,
     remove: (queue: string, values: ReadonlyArray<string>) =>
