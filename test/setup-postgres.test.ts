@@ -48,7 +48,8 @@ describe("PostgreSQL setup", () => {
         [8, "waiting_workers"],
         [9, "claim_floor"],
         [10, "autovacuum"],
-        [11, "claim_plans"]
+        [11, "claim_plans"],
+        [12, "wake_trigger"]
       ])
       // Each table a message passes through is vacuumed after a fixed count of dead row versions, unthrottled.
       const settings = yield* sql<{ name: string; options: ReadonlyArray<string> }>`

@@ -259,6 +259,48 @@ describe("producers notify only while a worker waits", () => {
   )
 
   it.live(
+    "an INSERT from anywhere notifies each queue it wrote to on the channels of the workers waiting on it, once",
+    () =>
+      withPg(
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const table = uniqueTable("waiting_channels")
+          const fallback = Identifier.defaultChannel(table)
+          const transport = yield* PgTransport.make({
+            table,
+            autoSetup: true,
+            channel: "custom_wake",
+            transports: { outbox: {}, other: {} }
+          })
+          const custom = yield* listening("custom_wake")
+          const plain = yield* listening(fallback)
+          // A worker waiting on `outbox` announced with its channel; one of an earlier version announced without.
+          const session = yield* transport.open(["outbox"])
+          yield* session.wait(Duration.millis(50))
+          expect(yield* waitingRows(table)).toEqual(["outbox"])
+          yield* sql`INSERT INTO ${sql(`${table}_waiting`)} (queue_name, worker, expires_at)
+            VALUES ('outbox', gen_random_uuid(), now() + interval '1 minute')`
+
+          // Two messages for `outbox` in one statement of a producer's (the table's default channel): one
+          // notification on each channel.
+          const producer = yield* PgTransport.make({ table, transports: { outbox: {}, other: {} } })
+          yield* producer.send("outbox", [message(), message()])
+          expect(yield* receivedBefore(custom, "custom_wake", "c1")).toEqual(["outbox"])
+          expect(yield* receivedBefore(plain, fallback, "p1")).toEqual(["outbox"])
+          // A queue nobody waits on: nothing.
+          yield* producer.send("other", [message()])
+          expect(yield* receivedBefore(custom, "custom_wake", "c2")).toEqual([])
+          expect(yield* receivedBefore(plain, fallback, "p2")).toEqual([])
+          // A bare INSERT by another tool wakes the workers too.
+          yield* sql`INSERT INTO ${sql(table)} (message_id, body, headers, queue_name, available_at)
+            VALUES (gen_random_uuid(), '{}', '{}', 'outbox', now())`
+          expect(yield* receivedBefore(custom, "custom_wake", "c3")).toEqual(["outbox"])
+        }).pipe(Effect.scoped)
+      ),
+    60_000
+  )
+
+  it.live(
     "with `notify: false` nobody announces and nothing is notified",
     () =>
       withPg(

@@ -70,10 +70,11 @@ export interface Options {
   /** Run the migrations when the layer is built (default `false`: production runs `setup-transports`). */
   readonly autoSetup?: boolean
   /**
-   * Wake waiting workers at commit with `pg_notify` (default `true`): a send statement notifies its queue once,
-   * delivered when the transaction commits — never before the row is visible — and only while a worker waits
-   * on the queue (announced in `<table>_waiting`), so the commits of a busy queue take no NOTIFY lock. Workers
-   * listen on a dedicated connection (when a `PgClient` is in context) and still poll as the safety net.
+   * Wake this layer's waiting workers at commit with `pg_notify` (default `true`): a worker listens on a dedicated
+   * connection (when a `PgClient` is in context) and announces its waits in `<table>_waiting`; while one waits on a
+   * queue, every statement that writes to the queue notifies it once — an INSERT through the table's trigger, from
+   * any producer — delivered when the transaction commits, never before the row is visible. The commits of a busy
+   * queue take no NOTIFY lock. Workers still poll as the safety net; with `false` they only poll.
    */
   readonly notify?: boolean
   /**

@@ -20,3 +20,9 @@ export const keyStates = (table: string): string => `${table}_keys`
 
 /** The table of a transport table's waiting workers: producers notify a queue only while one waits on it. @internal */
 export const waitingWorkers = (table: string): string => `${table}_waiting`
+
+/**
+ * The function of a transport table's wake-up trigger: `<table>_wake`, in the table's schema. Its trigger has the
+ * same name, unqualified (a trigger belongs to its table). @internal
+ */
+export const wakeFunction = (table: string): string => `${table}_wake`

@@ -9,6 +9,7 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import { defaultChannel } from "../../../domain/Identifier.js"
 import {
   claimFunctionV11,
   claimFunctionV3,
@@ -18,7 +19,7 @@ import {
   claimFunctionV7,
   claimFunctionV9
 } from "./claimFunctions.js"
-import { claimFunction, keySequences, keyStates, quote, waitingWorkers } from "./identifiers.js"
+import { claimFunction, keySequences, keyStates, quote, waitingWorkers, wakeFunction } from "./identifiers.js"
 
 /** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
 const indexName = (table: string, suffix: string): string =>
@@ -68,6 +69,33 @@ const orderingKeysV6 = (
 /** Migration 10: the storage settings of each table of a transport table (see the README, "Autovacuum"). */
 const autovacuumV10 =
   "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_cost_delay = 0"
+
+/**
+ * Migration 12: the wake-up of waiting workers, from the table itself. A statement-level trigger after every INSERT
+ * notifies each queue it wrote to on the channel of each worker waiting on it (`<table>_waiting`, whose `channel`
+ * workers write when they announce; an announcement without one — a worker of an earlier version — gets the
+ * table's default channel): one notification per statement, delivered at commit, only while a worker waits. The
+ * function's plans are kept for the session, so a producer's INSERT is planned as a bare INSERT is — a statement
+ * that carried the check itself cost the server half again as much CPU as the INSERT.
+ */
+const wakeTriggerV12 = (table: string, t: string, waiting: string) => {
+  const fn = quote(wakeFunction(table))
+  const trigger = quote(`${nameOf(table)}_wake`)
+  return [
+    `ALTER TABLE ${waiting} ADD COLUMN IF NOT EXISTS channel text NULL`,
+    `CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $wake$
+BEGIN
+  PERFORM pg_notify(coalesce(w.channel, '${defaultChannel(table).replace(/'/g, "''")}'), w.queue_name)
+  FROM (SELECT DISTINCT w.queue_name, w.channel FROM ${waiting} AS w
+    WHERE w.queue_name IN (SELECT i.queue_name FROM inserted AS i) AND w.expires_at > now()) AS w;
+  RETURN NULL;
+END
+$wake$`,
+    `DROP TRIGGER IF EXISTS ${trigger} ON ${t}`,
+    `CREATE TRIGGER ${trigger} AFTER INSERT ON ${t} REFERENCING NEW TABLE AS inserted
+  FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`
+  ]
+}
 
 /** The migrations of a table, in order, for `Migrator.make`. @internal */
 export const loader = (table: string) => {
@@ -181,6 +209,10 @@ export const loader = (table: string) => {
     "11_claim_plans": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       yield* sql.unsafe(claimFunctionV11(t, fn, quote(keySequences(table)), quote(keyStates(table))))
+    }),
+    "12_wake_trigger": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      for (const statement of wakeTriggerV12(table, t, quote(waitingWorkers(table)))) yield* sql.unsafe(statement)
     })
   })
 }

@@ -98,7 +98,9 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
   /**
    * `pg_notify` once per statement, piggy-backed on it (no extra round trip), and only while a worker waits on the
    * queue: a notifying transaction's commit takes a lock every notifying commit of the cluster waits for, and a
-   * worker that is not waiting claims again without a hint. Evaluated once per statement (an init plan).
+   * worker that is not waiting claims again without a hint. Evaluated once per statement (an init plan). For the
+   * operator's and the worker's UPDATEs that make rows ready; INSERTs wake workers through the table's trigger
+   * (migration 12), whose plans, unlike this statement's, are not made again at every send.
    */
   const wake = (queue: string, channel: string) =>
     sql`CASE WHEN EXISTS (SELECT 1 FROM ${waiting} WHERE queue_name = ${queue} AND expires_at > now())
@@ -108,31 +110,22 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
       ? sql`WITH changed AS (${statement} RETURNING 1)
           SELECT count(*)::int AS n, ${wake(queue, options.channel)} FROM changed HAVING count(*) > 0`
       : sql`${statement} RETURNING 1`
-  /** `notifying` for a statement whose last CTE is `rows` (data-modifying CTEs cannot nest). */
-  const notifyingRows = (queue: string, inserted: Statement.Fragment) =>
-    options.channel !== undefined
-      ? sql`${inserted} SELECT count(*)::int AS n, ${wake(queue, options.channel)} FROM rows HAVING count(*) > 0`
-      : sql`${inserted} SELECT count(*)::int AS n FROM rows`
+  /** A statement whose last CTE is `rows` (data-modifying CTEs cannot nest), as one statement. */
+  const insertedRows = (inserted: Statement.Fragment) => sql`${inserted} SELECT count(*)::int AS n FROM rows`
   const lease = (leaseMs: number) => sql`now() - ${leaseMs}::float8 * interval '1 millisecond'`
 
   return {
     insertOne: (queue: string, m: Insert) =>
-      notifying(
-        queue,
-        sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
-          VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${queue}, now(),
-                  now() + ${m.delayMs}::float8 * interval '1 millisecond')`
-      ),
+      sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
+        VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${queue}, now(),
+                now() + ${m.delayMs}::float8 * interval '1 millisecond')`,
     insertMany: (queue: string, messages: ReadonlyArray<Insert>) =>
-      notifying(
-        queue,
-        sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
-          SELECT m, b, h, ${queue}, now(), now() + d * interval '1 millisecond'
-          FROM unnest(${messages.map((m) => m.messageId)}::uuid[], ${messages.map((m) => m.body)}::text[],
-                      ${messages.map((m) => m.headers)}::text[], ${messages.map((m) => m.delayMs)}::float8[])
-               WITH ORDINALITY AS x(m, b, h, d, n)
-          ORDER BY n`
-      ),
+      sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at)
+        SELECT m, b, h, ${queue}, now(), now() + d * interval '1 millisecond'
+        FROM unnest(${messages.map((m) => m.messageId)}::uuid[], ${messages.map((m) => m.body)}::text[],
+                    ${messages.map((m) => m.headers)}::text[], ${messages.map((m) => m.delayMs)}::float8[])
+             WITH ORDINALITY AS x(m, b, h, d, n)
+        ORDER BY n`,
     /**
      * One message with an ordering key: `insertKeyed`'s steps for a single row, a plan of its own (the common
      * dispatch). The workers' row is added after the sequence row is locked (`FROM place`): a claimer deleting the
@@ -154,7 +147,7 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
             now() + ${m.delayMs}::float8 * interval '1 millisecond', ${m.orderingKey}, place.n FROM place
           RETURNING 1
         )`
-      return notifyingRows(queue, inserted)
+      return insertedRows(inserted)
     },
     /**
      * Messages with ordering keys (and any without, in the same statement): each key's places taken from the
@@ -189,7 +182,7 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
           ORDER BY input.n
           RETURNING 1
         )`
-      return notifyingRows(queue, inserted)
+      return insertedRows(inserted)
     },
     claim: (
       queue: string,
@@ -235,8 +228,8 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
       sql`UPDATE ${keys} SET due_at = now() WHERE queue_name = ${queue} AND ordering_key IN (
         SELECT ordering_key FROM ${t} WHERE id = ANY(${ids(values)}) AND ordering_key IS NOT NULL)`,
     /**
-     * `worker` waits on `queues` for `ms` (its announcement renewed if it has one); announcements that lapsed a
-     * minute ago (killed workers') go. Committed relaxed: an announcement lost in a server crash costs a poll.
+     * `worker` waits on `queues` for `ms` (its announcement renewed if it has one), listening on the channel the
+     * table's trigger notifies it on; announcements that lapsed a minute ago (killed workers') go. Committed relaxed: an announcement lost in a server crash costs a poll.
      * Answers the transactions that may have been in progress when it ran (`open`): those of its snapshot, and those
      * that took their ids between its snapshot and its own (a snapshot lists none at or above its `xmax`). A
      * producer's statement among them may have written before it and not notified.
@@ -246,10 +239,10 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
             SELECT set_config('synchronous_commit', 'off', true)),
           lapsed AS (DELETE FROM ${waiting}
             WHERE queue_name = ANY(${queues}::text[]) AND expires_at < now() - interval '1 minute'),
-          announced AS (INSERT INTO ${waiting} (queue_name, worker, expires_at)
-            SELECT q, ${worker}::uuid, now() + ${ms}::float8 * interval '1 millisecond'
+          announced AS (INSERT INTO ${waiting} (queue_name, worker, expires_at, channel)
+            SELECT q, ${worker}::uuid, now() + ${ms}::float8 * interval '1 millisecond', ${options.channel ?? null}
             FROM unnest(${queues}::text[]) AS q, relaxed
-            ON CONFLICT (queue_name, worker) DO UPDATE SET expires_at = EXCLUDED.expires_at
+            ON CONFLICT (queue_name, worker) DO UPDATE SET expires_at = EXCLUDED.expires_at, channel = EXCLUDED.channel
             RETURNING 1)
         SELECT ARRAY(
             SELECT x::text FROM pg_snapshot_xip(s) AS x
