@@ -111,26 +111,32 @@ const expectCheapClaims = async (client: pg.Client, table: string) => {
   expect(buffers).toBeLessThan((await heapPages(client, table)) / 2)
 }
 
+/** A fresh transport table, and an explaining connection to it for `f`. */
+const onFreshTable = (prefix: string, f: (client: pg.Client, table: string) => Promise<void>) =>
+  Effect.gen(function*() {
+    const table = uniqueTable(prefix)
+    yield* setUp(table)
+    yield* Effect.promise(async () => {
+      const client = await explaining()
+      try {
+        await f(client, table)
+      } finally {
+        await client.end()
+      }
+    })
+  })
+
 describe("the claim's plans", () => {
   it.live(
     "statistics that say the table is nearly empty: a claim past 10 000 deleted rows reads their index entries, not their heap pages",
     () =>
-      Effect.gen(function*() {
-        const table = uniqueTable("plans_stats")
-        yield* setUp(table)
-        yield* Effect.promise(async () => {
-          const client = await explaining()
-          try {
-            await send(client, table, 10_000)
-            await drain(client, table)
-            await send(client, table, 10)
-            // A few live rows on hundreds of pages, in new plans.
-            await client.query(`ANALYZE "${table}"`)
-            await expectCheapClaims(client, table)
-          } finally {
-            await client.end()
-          }
-        })
+      onFreshTable("plans_stats", async (client, table) => {
+        await send(client, table, 10_000)
+        await drain(client, table)
+        await send(client, table, 10)
+        // A few live rows on hundreds of pages, in new plans.
+        await client.query(`ANALYZE "${table}"`)
+        await expectCheapClaims(client, table)
       }),
     60_000
   )
@@ -138,25 +144,16 @@ describe("the claim's plans", () => {
   it.live(
     "plans made while the table was nearly empty: a claim past 10 000 deleted rows finds its rows by primary key",
     () =>
-      Effect.gen(function*() {
-        const table = uniqueTable("plans_kept")
-        yield* setUp(table)
-        yield* Effect.promise(async () => {
-          const client = await explaining()
-          try {
-            // A worker that started on a queue of a few messages: its connection has claimed often since.
-            for (let i = 0; i < 10; i++) {
-              await send(client, table, 2)
-              await drain(client, table)
-            }
-            await send(client, table, 10_000)
-            await drain(client, table)
-            await send(client, table, 10)
-            await expectCheapClaims(client, table)
-          } finally {
-            await client.end()
-          }
-        })
+      onFreshTable("plans_kept", async (client, table) => {
+        // A worker that started on a queue of a few messages: its connection has claimed often since.
+        for (let i = 0; i < 10; i++) {
+          await send(client, table, 2)
+          await drain(client, table)
+        }
+        await send(client, table, 10_000)
+        await drain(client, table)
+        await send(client, table, 10)
+        await expectCheapClaims(client, table)
       }),
     60_000
   )
