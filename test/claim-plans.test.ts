@@ -142,6 +142,26 @@ describe("the claim's plans", () => {
   )
 
   it.live(
+    "a backlog never analyzed: a claim that acks 500 rows finds them by primary key, not among the whole queue",
+    () =>
+      onFreshTable("plans_never_analyzed", async (client, table) => {
+        await send(client, table, 20_000)
+        const first = await claim(client, table, 500, [])
+        const second = await claim(client, table, 500, first.ids)
+        expect(second.ids).toHaveLength(500)
+        if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
+        // The acked rows are deleted, and the rows found leased, through the primary key, one probe per id.
+        const byId = second.plans.filter((p) => p.includes("DELETE FROM") || p.includes("SET delivered_at = now()"))
+        expect(byId).toHaveLength(2)
+        for (const plan of byId) {
+          expect(plan).toContain(`${table}_pkey`)
+          expect(plan).not.toContain("Join Filter")
+        }
+      }),
+    60_000
+  )
+
+  it.live(
     "plans made while the table was nearly empty: a claim past 10 000 deleted rows finds its rows by primary key",
     () =>
       onFreshTable("plans_kept", async (client, table) => {

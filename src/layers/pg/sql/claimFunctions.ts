@@ -408,16 +408,11 @@ export const claimFunctionV9 = (t: string, fn: string, seq: string, keys: string
   `${claimSignature(fn, true)}${keyedClaim(t, seq, keys, ackedByJoin(t))}${unkeyedFillAndNextDue(t, keys, true)}`
 
 /**
- * Migration 11's unkeyed fill and next-due answer: their lookups scan the claim index in order, and the rows they find
- * are leased by a statement of their own, through a join on their ids — see `claimFunctionV11`.
+ * Migration 11's unkeyed fill and next-due answer: migration 9's, with the rows found leased by a statement of its
+ * own, through a join on their ids (by primary key).
  */
-const unkeyedFillAndNextDueV11 = (t: string, keys: string) => {
-  const scansInOrder =
-    `PERFORM set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true);`
-  const scansAsBefore =
-    `PERFORM set_config('enable_bitmapscan', bitmap_scans, true), set_config('enable_seqscan', seq_scans, true);`
-  return `  IF keyed < batch_size THEN
-    ${scansInOrder}
+const unkeyedFillAndNextDueV11 = (t: string, keys: string) =>
+  `  IF keyed < batch_size THEN
     SELECT array_agg(next.id) INTO found FROM (
       SELECT ready.id FROM ${t} AS ready
       WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
@@ -427,7 +422,6 @@ const unkeyedFillAndNextDueV11 = (t: string, keys: string) => {
       LIMIT batch_size - keyed
       FOR UPDATE SKIP LOCKED
     ) AS next;
-    ${scansAsBefore}
     IF found IS NOT NULL THEN
       RETURN QUERY
       UPDATE ${t} AS m SET delivered_at = now(),
@@ -441,7 +435,6 @@ const unkeyedFillAndNextDueV11 = (t: string, keys: string) => {
   END IF;
 
   IF keyed + unkeyed = 0 THEN
-    ${scansInOrder}
     RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
       (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
         AND available_at >= floor_at
@@ -451,29 +444,49 @@ const unkeyedFillAndNextDueV11 = (t: string, keys: string) => {
         AND delivered_at IS NOT NULL) + lease,
       (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
     )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
-    ${scansAsBefore}
   END IF;
 END
 $claim$`
-}
 
 /**
- * Migration 11's claim: migration 9's, with plans that stay cheap whatever the table's statistics say and however
- * its size changed since they were made. Under a steady load the table holds a few live rows and the index entries
- * of every row deleted since the last vacuum, and its statistics say it is nearly empty:
+ * The plan settings of migration 11's claim, for the call only (a caller's transaction keeps its own): every
+ * statement planned at each call, with index scans and nested loops only. A queue's statistics and sizes change
+ * faster than autovacuum refreshes them, and each plan the planner found cheapest on them read the whole table or
+ * one of its indexes at each claim:
  *
- * - its statements are planned at every call (`plan_cache_mode`, for the call only): a plan kept for the session —
- *   made when the worker started on a small table — looked up rows by id by scanning a whole other index, whose size
- *   grew with every message until a vacuum;
- * - its lookups of the next rows scan the claim index in order (no bitmap, no sequential scan; the caller's settings
- *   are restored after them): a bitmap scan reads every entry of the range and the heap page of each, and never
- *   marks the entries of deleted rows dead as an index scan does the first time it meets them — every claim read the
- *   heap pages of all the rows deleted since the last vacuum again;
- * - the rows found are leased by a statement of its own, through a join on their ids (by primary key), and so are
- *   the heads of keys.
+ * - under a steady load the table holds a few live rows and the index entries of every row deleted since the last
+ *   vacuum, and its statistics say it is nearly empty: the next rows were looked up with a bitmap scan, which reads
+ *   every entry of the range and the heap page of each, and never marks the entries of deleted rows dead as an
+ *   ordered index scan does the first time it meets them — every claim read them all again;
+ * - a plan kept for the session from a small table looked rows up by id through the claim index, whose size grew
+ *   with every message until a vacuum;
+ * - on a table never analyzed (a backlog written before the first autovacuum), acked rows were found by a hash join
+ *   with every row of their queue.
+ *
+ * Every statement of the claim has an index that serves it; without these paths, it is the one taken.
+ */
+const claimSettings = [
+  "plan_cache_mode = force_custom_plan",
+  "enable_seqscan = off",
+  "enable_bitmapscan = off",
+  "enable_hashjoin = off",
+  "enable_mergejoin = off"
+].map((setting) => `\nSET ${setting}`).join("")
+
+/**
+ * Migration 11's claim: migration 9's, with plans that stay cheap whatever the table's statistics say and however its
+ * size changed since they were made (`claimSettings`); the rows found, and the heads of keys, are leased through a
+ * join on their ids.
  */
 export const claimFunctionV11 = (t: string, fn: string, seq: string, keys: string) =>
-  `${claimSignature(fn, true, "\nSET plan_cache_mode = force_custom_plan")}  found bigint[];
-  bitmap_scans text := current_setting('enable_bitmapscan');
-  seq_scans text := current_setting('enable_seqscan');
-${keyedClaim(t, seq, keys, ackedByJoin(t), true)}${unkeyedFillAndNextDueV11(t, keys)}`
+  `${claimSignature(fn, true, claimSettings)}  found bigint[];
+${keyedClaim(t, seq, keys, ackedByPrimaryKey(t), true)}${unkeyedFillAndNextDueV11(t, keys)}`
+
+/**
+ * The acked rows of `queue`, deleted through a join on their ids that only the primary key can serve (migration
+ * 11): the queue's check is written so that no index takes it (`IS TRUE`) — on a table never analyzed, the planner
+ * took it to the claim index and compared every row of the queue with every acked id.
+ */
+const ackedByPrimaryKey = (t: string) =>
+  `    WITH done AS (DELETE FROM ${t} AS d USING unnest(acked) AS a(id)
+      WHERE d.id = a.id AND (d.queue_name = queue) IS TRUE RETURNING d.ordering_key)`
