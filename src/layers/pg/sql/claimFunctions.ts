@@ -190,12 +190,16 @@ const keysDueAgain = (t: string, keys: string, list: "due_keys" | "candidates") 
     WHERE k.queue_name = queue AND k.ordering_key = c.k;
 `
 
+/** `column >= floor_at` and what follows it, when the looks start at the floor (migrations 9 and 11). */
+const floorOf = (fromFloor: boolean) => (column: string, then: string) =>
+  fromFloor ? `${column} >= floor_at${then}` : ""
+
 /**
  * Unkeyed rows fill the batch; a claim that found nothing answers when the next row or key is due (6, 7 and 9).
  * `fromFloor` (migration 9) starts both looks at `floor_at`; without it the text is migrations 6 and 7's.
  */
 const unkeyedFillAndNextDue = (t: string, keys: string, fromFloor = false) => {
-  const floor = (column: string, then: string) => fromFloor ? `${column} >= floor_at${then}` : ""
+  const floor = floorOf(fromFloor)
   return `  IF keyed < batch_size THEN
     RETURN QUERY
     WITH next AS MATERIALIZED (
@@ -216,7 +220,13 @@ const unkeyedFillAndNextDue = (t: string, keys: string, fromFloor = false) => {
     GET DIAGNOSTICS unkeyed = ROW_COUNT;
   END IF;
 
-  IF keyed + unkeyed = 0 THEN
+${nextDue(t, keys, fromFloor)}`
+}
+
+/** A claim that found nothing answers when the next row or key is due (6, 7, 9 and 11), and the function ends. */
+const nextDue = (t: string, keys: string, fromFloor: boolean) => {
+  const floor = floorOf(fromFloor)
+  return `  IF keyed + unkeyed = 0 THEN
     RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
       (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
         ${floor("AND available_at", "\n        ")}ORDER BY available_at LIMIT 1),
@@ -434,19 +444,7 @@ const unkeyedFillAndNextDueV11 = (t: string, keys: string) =>
     END IF;
   END IF;
 
-  IF keyed + unkeyed = 0 THEN
-    RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
-      (SELECT available_at FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND delivered_at IS NULL
-        AND available_at >= floor_at
-        ORDER BY available_at LIMIT 1),
-      (SELECT min(delivered_at) FROM ${t} WHERE queue_name = queue AND ordering_key IS NULL AND available_at >= floor_at
-        AND available_at <= now()
-        AND delivered_at IS NOT NULL) + lease,
-      (SELECT min(k.due_at) FROM ${keys} AS k WHERE k.queue_name = queue AND k.blocked_by IS NULL)
-    )) - extract(epoch FROM now())) * 1000)::float8, NULL::int, NULL::text;
-  END IF;
-END
-$claim$`
+${nextDue(t, keys, true)}`
 
 /**
  * The plan settings of migration 11's claim, for the call only (a caller's transaction keeps its own): every
