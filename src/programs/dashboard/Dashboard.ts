@@ -17,17 +17,12 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as UrlParams from "@effect/platform/UrlParams"
 import * as Clock from "effect/Clock"
-import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Metric from "effect/Metric"
-import * as MetricState from "effect/MetricState"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
-import * as Ref from "effect/Ref"
-import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Http from "node:http"
@@ -38,7 +33,9 @@ import { TransportAdmin } from "../../services/TransportAdmin.js"
 import { applyRetry, planRetry, removeMessages } from "../operator/failedMessages.js"
 import { favicon, script, stylesheet } from "./assets.js"
 import type { Html } from "./html.js"
-import { csrfCookie, isCsrfToken, newCsrfToken, refusal } from "./security.js"
+import { BadRequest, valueOf } from "./input.js"
+import * as Sampler from "./sampler.js"
+import * as Security from "./security.js"
 import * as Views from "./views.js"
 
 /**
@@ -56,12 +53,6 @@ export class DashboardError extends Schema.TaggedError<DashboardError>()("Dashbo
     return `Cannot serve the dashboard: ${this.reason}`
   }
 }
-
-/** A request the dashboard cannot answer as asked: 400 (or `status`) with its message. */
-class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
-  message: Schema.String,
-  status: Schema.optionalWith(Schema.Number, { default: () => 400 })
-}) {}
 
 /**
  * Options of the dashboard's router.
@@ -133,45 +124,10 @@ export const defaultPort = 8080
  * @since 0.1.0
  * @category constants
  */
-export const contentSecurityPolicy =
-  "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
-
-const securityHeaders = {
-  "content-security-policy": contentSecurityPolicy,
-  "x-content-type-options": "nosniff",
-  "x-frame-options": "DENY",
-  // Not `no-referrer`: under it a form's POST carries `Origin: null`, which the CSRF check refuses.
-  "referrer-policy": "same-origin",
-  "cache-control": "no-store"
-}
-
-/** The longest query or form value taken (a type name, an error tag, a transport). */
-const maxValueLength = 1000
+export const contentSecurityPolicy: string = Security.contentSecurityPolicy
 
 /** The largest form an action takes. */
 const maxBodyBytes = 64 * 1024
-
-/** The configured token: the option, else `OUTBOX_DASHBOARD_TOKEN`; an empty one is none. */
-const tokenOf = (option: Options["token"]) =>
-  Effect.map(
-    option === undefined
-      ? Config.option(Config.redacted("OUTBOX_DASHBOARD_TOKEN")).pipe(
-        Effect.map(Option.getOrUndefined),
-        Effect.orElseSucceed(() => undefined)
-      )
-      : Effect.succeed(typeof option === "string" ? Redacted.make(option) : option),
-    (token) => (token === undefined || Redacted.value(token).trim() === "" ? undefined : token)
-  )
-
-/** The messages the workers of this process handled so far (`null`: none ran here), from the global metrics. */
-const handledHere = (): number | null => {
-  let total: number | null = null
-  for (const pair of Metric.unsafeSnapshot()) {
-    if (pair.metricKey.name !== "outbox_messages_handled" || !MetricState.isCounterState(pair.metricState)) continue
-    total = (total ?? 0) + Number(pair.metricState.count)
-  }
-  return total
-}
 
 /**
  * The dashboard as a router, over the `Transport` and `TransportAdmin` in context; it samples the counts for its
@@ -187,7 +143,7 @@ export const router = (
   Effect.gen(function*() {
     const transport = yield* Transport
     const admin = yield* TransportAdmin
-    const token = yield* tokenOf(options.token)
+    const token = yield* Security.configuredToken(options.token)
     const base = options.basePath ?? ""
     if (base !== "" && !/^(\/[A-Za-z0-9._~-]+)+$/.test(base)) {
       return yield* new DashboardError({ reason: `basePath must look like /outbox, got ${JSON.stringify(base)}` })
@@ -204,39 +160,22 @@ export const router = (
     const queueNames = transport.names.filter((name) => !failureNames.includes(name))
     const browsable = failureNames.filter((name) => Option.exists(transport.capabilities(name), (c) => c.browsing))
 
-    // The chart's points: sampled while the dashboard lives, the last hour kept.
-    const samples = yield* Ref.make<ReadonlyArray<Views.Sample>>([])
-    let handledBefore: number | null = null
-    const sample = Effect.gen(function*() {
-      const queues = yield* Effect.forEach(queueNames, (name) => admin.stats(name))
-      const failures = yield* Effect.forEach(failureNames, (name) => admin.stats(name))
-      const at = yield* Clock.currentTimeMillis
-      const handledNow = handledHere()
-      const handled = handledNow === null ? null : handledNow - (handledBefore ?? handledNow)
-      handledBefore = handledNow
-      const point: Views.Sample = {
-        at,
-        backlog: queues.reduce((sum, s) => sum + s.ready + s.delayed + s.inFlight, 0),
-        failed: failures.reduce((sum, s) => sum + s.ready + s.delayed + s.inFlight, 0),
-        handled
-      }
-      yield* Ref.update(samples, (all) => [...all.filter((s) => s.at >= at - 3_600_000), point])
+    const samples = yield* Sampler.start({
+      admin,
+      queues: queueNames,
+      failures: failureNames,
+      every: options.sampleEvery ?? "10 seconds"
     })
-    yield* sample.pipe(
-      Effect.catchAllCause((cause) => Effect.logDebug("dashboard: a sample of the counts failed", cause)),
-      Effect.repeat(Schedule.spaced(Duration.decode(options.sampleEvery ?? "10 seconds"))),
-      Effect.forkScoped
-    )
 
     const page = (markup: Html, status = 200, csrf?: { readonly value: string; readonly fresh: boolean }) => {
       const response = HttpServerResponse.text(markup.markup, {
         status,
         contentType: "text/html; charset=utf-8",
-        headers: securityHeaders
+        headers: Security.headers
       })
       return csrf === undefined || !csrf.fresh ? response : HttpServerResponse.unsafeSetCookie(
         response,
-        csrfCookie,
+        Security.csrfCookie,
         csrf.value,
         { httpOnly: true, sameSite: "strict", path: base === "" ? "/" : base }
       )
@@ -244,8 +183,10 @@ export const router = (
 
     /** The request's CSRF token: its cookie's when valid, else a fresh one (set by the answer). */
     const csrfOf = Effect.map(HttpServerRequest.HttpServerRequest, (request) => {
-      const cookie = request.cookies[csrfCookie]
-      return isCsrfToken(cookie) ? { value: cookie, fresh: false } : { value: newCsrfToken(), fresh: true }
+      const cookie = request.cookies[Security.csrfCookie]
+      return Security.isCsrfToken(cookie)
+        ? { value: cookie, fresh: false }
+        : { value: Security.newCsrfToken(), fresh: true }
     })
 
     /** One query value: absent or empty is `undefined`; given twice or too long is a bad request. */
@@ -297,7 +238,7 @@ export const router = (
           }))
       )
       const failures = yield* Effect.forEach(failureNames, (name) => admin.stats(name))
-      return Views.overviewContent(frame, queues, failures, yield* Ref.get(samples), yield* Clock.currentTimeMillis)
+      return Views.overviewContent(frame, queues, failures, yield* samples, yield* Clock.currentTimeMillis)
     })
 
     const selectionOf = <R>(get: Values<R>) =>
@@ -346,7 +287,7 @@ export const router = (
           )
         )
         const get = (key: string) => valueOf(key, UrlParams.getAll(form, key))
-        const refused = refusal(token, {
+        const refused = Security.refusal(token, {
           headers: request.headers,
           cookies: request.cookies,
           csrf: UrlParams.getFirst(form, "csrf").pipe(Option.getOrUndefined),
@@ -472,23 +413,8 @@ export const router = (
 const asset = (body: string, contentType: string) =>
   HttpServerResponse.text(body, {
     contentType,
-    headers: { ...securityHeaders, "cache-control": "max-age=300" }
+    headers: { ...Security.headers, "cache-control": "max-age=300" }
   })
-
-/** A query or form value: absent or empty is `undefined`; given twice or too long is a bad request. */
-const valueOf = (
-  key: string,
-  value: string | ReadonlyArray<string> | undefined
-): Effect.Effect<string | undefined, BadRequest> => {
-  if (typeof value !== "string" && value !== undefined && value.length > 1) {
-    return new BadRequest({ message: `"${key}" is given more than once` })
-  }
-  const one = typeof value === "string" ? value : value?.[0]
-  if (one !== undefined && one.length > maxValueLength) {
-    return new BadRequest({ message: `"${key}" is too long (at most ${maxValueLength} characters)` })
-  }
-  return Effect.succeed(one === "" ? undefined : one)
-}
 
 /**
  * Serves the dashboard on its own HTTP server (default `127.0.0.1:8080`) while the scope lives.
@@ -512,7 +438,7 @@ export const serve = (
     const bound = server.address._tag === "TcpAddress" ? server.address : { hostname: host, port }
     return {
       address: { host: bound.hostname, port: bound.port },
-      readOnly: (yield* tokenOf(options.token)) === undefined
+      readOnly: (yield* Security.configuredToken(options.token)) === undefined
     }
   })
 

@@ -9,6 +9,9 @@
  *
  * @internal
  */
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 
@@ -76,4 +79,34 @@ export const refusal = (
 const sameHost = (origin: string, host: string): boolean => {
   if (!URL.canParse(origin)) return false
   return new URL(origin).host === host
+}
+
+/**
+ * The configured operator token: the option, else `OUTBOX_DASHBOARD_TOKEN`; an empty one is none (read-only).
+ *
+ * @internal
+ */
+export const configuredToken = (option: Redacted.Redacted<string> | string | undefined) =>
+  Effect.map(
+    option === undefined
+      ? Config.option(Config.redacted("OUTBOX_DASHBOARD_TOKEN")).pipe(
+        Effect.map(Option.getOrUndefined),
+        Effect.orElseSucceed(() => undefined)
+      )
+      : Effect.succeed(typeof option === "string" ? Redacted.make(option) : option),
+    (token) => (token === undefined || Redacted.value(token).trim() === "" ? undefined : token)
+  )
+
+/** The Content-Security-Policy of every answer (exported as `Dashboard.contentSecurityPolicy`). @internal */
+export const contentSecurityPolicy =
+  "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+
+/** The headers of every answer. @internal */
+export const headers = {
+  "content-security-policy": contentSecurityPolicy,
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  // Not `no-referrer`: under it a form's POST carries `Origin: null`, which the CSRF check refuses.
+  "referrer-policy": "same-origin",
+  "cache-control": "no-store"
 }

@@ -142,10 +142,12 @@ $claim$`
 /**
  * The claim function's signature and first variables, from migration 6 on (the result has `ordering_key`); with
  * `floor` (migration 9), a sixth argument, the floor of the unkeyed scan (epoch ms, NULL: from the start). These
- * fragments are shared by the claims of migrations 6, 7 and 9 and must keep their text: a migration that ran once
+ * fragments are shared by the claims of migrations 6, 7, 9 and 11 and must keep their text: a migration that ran once
  * must create the same function when it runs on a new database.
+ *
+ * @internal
  */
-const claimSignature = (fn: string, floor = false, settings = "") =>
+export const claimSignature = (fn: string, floor = false, settings = "") =>
   `CREATE OR REPLACE FUNCTION ${fn}(
   queue text, lease_ms float8, batch_size int, acked bigint[], relaxed boolean${floor ? ", floor_ms float8" : ""}
 ) RETURNS TABLE (
@@ -223,8 +225,10 @@ const unkeyedFillAndNextDue = (t: string, keys: string, fromFloor = false) => {
 ${nextDue(t, keys, fromFloor)}`
 }
 
-/** A claim that found nothing answers when the next row or key is due (6, 7, 9 and 11), and the function ends. */
-const nextDue = (t: string, keys: string, fromFloor: boolean) => {
+/** A claim that found nothing answers when the next row or key is due (6, 7, 9 and 11), and the function ends. *
+ * @internal
+ */
+export const nextDue = (t: string, keys: string, fromFloor: boolean) => {
   const floor = floorOf(fromFloor)
   return `  IF keyed + unkeyed = 0 THEN
     RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::float8, ((extract(epoch FROM least(
@@ -318,8 +322,10 @@ const ackedByIds = (t: string) =>
 /**
  * Migration 7's claim up to its unkeyed fill: the acks (`ackedRows`, a `done` CTE returning the deleted rows'
  * keys), then the keys. Migration 9's claim differs only in its signature, its acks and its unkeyed fill.
+ *
+ * @internal
  */
-const keyedClaim = (t: string, seq: string, keys: string, ackedRows: string, byJoin = false) =>
+export const keyedClaim = (t: string, seq: string, keys: string, ackedRows: string, byJoin = false) =>
   `  leased int := 0;
   unkeyed int := 0;
   rounds int := 0;
@@ -416,75 +422,3 @@ const ackedByJoin = (t: string) =>
  */
 export const claimFunctionV9 = (t: string, fn: string, seq: string, keys: string) =>
   `${claimSignature(fn, true)}${keyedClaim(t, seq, keys, ackedByJoin(t))}${unkeyedFillAndNextDue(t, keys, true)}`
-
-/**
- * Migration 11's unkeyed fill and next-due answer: migration 9's, with the rows found leased by a statement of its
- * own, through a join on their ids (by primary key).
- */
-const unkeyedFillAndNextDueV11 = (t: string, keys: string) =>
-  `  IF keyed < batch_size THEN
-    SELECT array_agg(next.id) INTO found FROM (
-      SELECT ready.id FROM ${t} AS ready
-      WHERE ready.queue_name = queue AND ready.ordering_key IS NULL
-        AND ready.available_at >= floor_at AND ready.available_at <= now()
-        AND (ready.delivered_at IS NULL OR ready.delivered_at < now() - lease OR ready.delivered_at = 'infinity')
-      ORDER BY ready.available_at, ready.id
-      LIMIT batch_size - keyed
-      FOR UPDATE SKIP LOCKED
-    ) AS next;
-    IF found IS NOT NULL THEN
-      RETURN QUERY
-      UPDATE ${t} AS m SET delivered_at = now(),
-        delivery_count = CASE WHEN m.delivery_count < 2147483647 THEN m.delivery_count + 1 ELSE m.delivery_count END
-      FROM unnest(found) AS f(id) WHERE m.id = f.id
-      RETURNING m.id::text, m.message_id::text, m.body, m.headers,
-        (extract(epoch FROM m.created_at) * 1000)::float8, (extract(epoch FROM m.available_at) * 1000)::float8,
-        m.delivery_count, NULL::text;
-      GET DIAGNOSTICS unkeyed = ROW_COUNT;
-    END IF;
-  END IF;
-
-${nextDue(t, keys, true)}`
-
-/**
- * The plan settings of migration 11's claim, for the call only (a caller's transaction keeps its own): every
- * statement planned at each call, with index scans and nested loops only. A queue's statistics and sizes change
- * faster than autovacuum refreshes them, and each plan the planner found cheapest on them read the whole table or
- * one of its indexes at each claim:
- *
- * - under a steady load the table holds a few live rows and the index entries of every row deleted since the last
- *   vacuum, and its statistics say it is nearly empty: the next rows were looked up with a bitmap scan, which reads
- *   every entry of the range and the heap page of each, and never marks the entries of deleted rows dead as an
- *   ordered index scan does the first time it meets them — every claim read them all again;
- * - a plan kept for the session from a small table looked rows up by id through the claim index, whose size grew
- *   with every message until a vacuum;
- * - on a table never analyzed (a backlog written before the first autovacuum), acked rows were found by a hash join
- *   with every row of their queue.
- *
- * Every statement of the claim has an index that serves it; without these paths, it is the one taken.
- */
-const claimSettings = [
-  "plan_cache_mode = force_custom_plan",
-  "enable_seqscan = off",
-  "enable_bitmapscan = off",
-  "enable_hashjoin = off",
-  "enable_mergejoin = off"
-].map((setting) => `\nSET ${setting}`).join("")
-
-/**
- * Migration 11's claim: migration 9's, with plans that stay cheap whatever the table's statistics say and however its
- * size changed since they were made (`claimSettings`); the rows found, and the heads of keys, are leased through a
- * join on their ids.
- */
-export const claimFunctionV11 = (t: string, fn: string, seq: string, keys: string) =>
-  `${claimSignature(fn, true, claimSettings)}  found bigint[];
-${keyedClaim(t, seq, keys, ackedByPrimaryKey(t), true)}${unkeyedFillAndNextDueV11(t, keys)}`
-
-/**
- * The acked rows of `queue`, deleted through a join on their ids that only the primary key can serve (migration
- * 11): the queue's check is written so that no index takes it (`IS TRUE`) — on a table never analyzed, the planner
- * took it to the claim index and compared every row of the queue with every acked id.
- */
-const ackedByPrimaryKey = (t: string) =>
-  `    WITH done AS (DELETE FROM ${t} AS d USING unnest(acked) AS a(id)
-      WHERE d.id = a.id AND (d.queue_name = queue) IS TRUE RETURNING d.ordering_key)`

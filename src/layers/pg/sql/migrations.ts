@@ -11,7 +11,6 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { defaultChannel } from "../../../domain/Identifier.js"
 import {
-  claimFunctionV11,
   claimFunctionV3,
   claimFunctionV4,
   claimFunctionV5,
@@ -19,6 +18,7 @@ import {
   claimFunctionV7,
   claimFunctionV9
 } from "./claimFunctions.js"
+import { claimFunctionV11 } from "./claimFunctionV11.js"
 import { claimFunction, keySequences, keyStates, quote, waitingWorkers, wakeFunction } from "./identifiers.js"
 
 /** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
