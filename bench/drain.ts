@@ -103,8 +103,8 @@ const endPoints = [0.89, 0.9, 0.91]
 const drainCapMs = 30 * 60_000
 
 /**
- * The row lookup of the claim function's unkeyed path (`unkeyedFillAndNextDue` in
- * src/layers/pg/sql/claimFunctions.ts, copied: the claim runs it inside the function), with the function's arguments
+ * The row lookup of the claim function's unkeyed path (`unkeyedFillAndNextDueV11` in
+ * src/layers/pg/sql/claimFunctionV11.ts, copied: the claim runs it inside the function), with the function's arguments
  * as parameters: $1 queue, $2 lease in ms, $3 the rows to take, $4 the floor (the session's, in PgSession.ts). Without
  * the claim's `FOR UPDATE SKIP LOCKED`: the probe must not lock the rows the worker is about to claim — its claims
  * would skip them, and near the end of a small drain a claim could find only those, come back empty and stop the

@@ -67,8 +67,8 @@ export interface StatsRow {
 /**
  * The claim call as text, as the worker's session sends it on its own connection: $1 queue, $2 lease in ms,
  * $3 batch size, $4 the ids to delete first (bigint[]), $5 relaxed commit (the claim is its own transaction),
- * $6 the floor of the unkeyed scan (epoch ms, NULL: from the start). The function is migration 9's
- * (`claimFunctions.ts`).
+ * $6 the floor of the unkeyed scan (epoch ms, NULL: from the start). The function is migration 11's
+ * (`claimFunctionV11.ts`; the signature is migration 9's).
  *
  * @internal
  */
