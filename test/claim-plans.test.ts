@@ -3,7 +3,8 @@
  * ones — a queue under a steady load between two vacuums. A claim must read the index entries of those rows at most
  * (an ordered index scan marks them dead the first time it meets them, and later scans skip them), never the heap
  * page of each deleted row on every claim (a bitmap scan, which marks nothing), nor a whole index to find rows by id:
- * whether the table's statistics say it is nearly empty, or the connection's plans were made while it was.
+ * whether the table's statistics say it is nearly empty, or the connection's plans were made while it was. And a
+ * session plans each statement of its claims once, not at every call.
  * The plans are read with `auto_explain`, whose output the server sends to this test's connection as notices; the
  * claims are the worker's own call (`claimCall`), on a connection of the test's.
  */
@@ -147,6 +148,23 @@ const onFreshTable = (prefix: string, f: (client: pg.Client, table: string) => P
   })
 
 describe("the claim's plans", () => {
+  it.live(
+    "planned once per session: every statement of a claim runs a generic plan (the function's arguments as parameters)",
+    () =>
+      onFreshTable("plans_generic", async (client, table) => {
+        await send(client, table, 20)
+        const first = await claim(client, table, 5, [])
+        const second = await claim(client, table, 5, first.ids)
+        expect(second.ids).toHaveLength(5)
+        if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
+        // A custom plan shows the queue's name and the ids as values; a generic one, the parameters they fill.
+        const custom = second.plans.filter((p) => p.includes("'outbox'") || /'\{[0-9,]+\}'/.test(p))
+        expect(custom).toEqual([])
+        expect(second.plans.some((p) => p.includes("FROM unnest(found)"))).toBe(true)
+      }),
+    60_000
+  )
+
   it.live(
     "statistics that say the table is nearly empty: a claim past 10 000 deleted rows reads their index entries, not their heap pages",
     () =>
