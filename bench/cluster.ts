@@ -24,12 +24,19 @@ export interface ClusterOptions {
   readonly log: (line: string) => void
 }
 
-/** The server flags of the embedded cluster (besides the data directory and port). */
+/**
+ * The server flags of the embedded cluster (besides the data directory and port). `pg_stat_statements` is loaded
+ * and counts nothing, except in the databases that ask for it (the drain's, for what its claims read).
+ */
 export const embeddedFlags = (noFsync: boolean): Array<string> => [
   "-c",
   "listen_addresses=127.0.0.1",
   "-c",
   "max_connections=200",
+  "-c",
+  "shared_preload_libraries=pg_stat_statements",
+  "-c",
+  "pg_stat_statements.track=none",
   ...(noFsync ? ["-c", "fsync=off"] : [])
 ]
 

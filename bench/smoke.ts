@@ -55,6 +55,8 @@ interface BenchJson {
     readonly last: Figure
     readonly buffersStart: Figure
     readonly buffersEnd: Figure
+    readonly claimBuffersFirst: Figure
+    readonly claimBuffersLast: Figure
   }
   readonly sustained: {
     readonly max: SustainedPhase
@@ -209,6 +211,11 @@ const checkResult = (result: BenchJson, stdout: string) => {
   check(
     result.drain.buffersStart.median > 0 && result.drain.buffersEnd.median > 0,
     "drain: the claim probes read no buffers"
+  )
+  // The embedded cluster loads pg_stat_statements: the worker's own claims are counted.
+  check(
+    result.drain.claimBuffersFirst.median > 0 && result.drain.claimBuffersLast.median > 0,
+    "drain: the worker's claims were not counted (pg_stat_statements)"
   )
 
   // The sustained load: the maximum, then 50 % and 90 % of it; every message handled, every window read.
