@@ -132,6 +132,15 @@ const expectCheapClaims = async (client: pg.Client, table: string) => {
   expect(buffers).toBeLessThan((await heapPages(client, table)) / 2)
 }
 
+/** A session's second claim of `size` (acking the first's rows), which must lease `size` rows. */
+const secondClaim = async (client: pg.Client, table: string, size: number): Promise<Claim> => {
+  const first = await claim(client, table, size, [])
+  const second = await claim(client, table, size, first.ids)
+  expect(second.ids).toHaveLength(size)
+  if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
+  return second
+}
+
 /** A fresh transport table, and an explaining connection to it for `f`. */
 const onFreshTable = (prefix: string, f: (client: pg.Client, table: string) => Promise<void>) =>
   Effect.gen(function*() {
@@ -153,10 +162,7 @@ describe("the claim's plans", () => {
     () =>
       onFreshTable("plans_generic", async (client, table) => {
         await send(client, table, 20)
-        const first = await claim(client, table, 5, [])
-        const second = await claim(client, table, 5, first.ids)
-        expect(second.ids).toHaveLength(5)
-        if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
+        const second = await secondClaim(client, table, 5)
         // A custom plan shows the queue's name and the ids as values; a generic one, the parameters they fill.
         const custom = second.plans.filter((p) => p.includes("'outbox'") || /'\{[0-9,]+\}'/.test(p))
         expect(custom).toEqual([])
@@ -184,10 +190,7 @@ describe("the claim's plans", () => {
     () =>
       onFreshTable("plans_never_analyzed", async (client, table) => {
         await send(client, table, 20_000)
-        const first = await claim(client, table, 500, [])
-        const second = await claim(client, table, 500, first.ids)
-        expect(second.ids).toHaveLength(500)
-        if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
+        const second = await secondClaim(client, table, 500)
         // The acked rows are deleted, and the rows found leased, through the primary key, one probe per id.
         const byId = second.plans.filter((p) => p.includes("DELETE FROM") || p.includes("SET delivered_at = now()"))
         expect(byId).toHaveLength(2)
