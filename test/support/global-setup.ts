@@ -1,12 +1,14 @@
 import pg from "pg"
 import type { TestProject } from "vitest/node"
 import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
+import { startMariadb } from "./mariadb.js"
 import { ensureBroker } from "./rabbitmq.js"
 
 declare module "vitest" {
   export interface ProvidedContext {
     adminDatabaseUrl: string
     amqpUrl: string
+    mysqlUrl: string
   }
 }
 
@@ -23,36 +25,49 @@ process.on("exit", () => {
 })
 
 /**
- * Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one, and finds a RabbitMQ broker:
- * AMQP_URL, a broker on 127.0.0.1:5672, or a private node started here (see support/rabbitmq.ts). Both start
- * at once; what was started here is stopped at the end.
+ * Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one; finds a RabbitMQ broker: AMQP_URL,
+ * a broker on 127.0.0.1:5672, or a private node started here (see support/rabbitmq.ts); and a MariaDB server:
+ * MYSQL_URL, or a private server started here (see support/mariadb.ts). All start at once; what was started here
+ * is stopped at the end.
  */
 export default async function setup(project: TestProject) {
   const fromEnv = process.env.DATABASE_URL
-  const [pgResult, brokerResult] = await Promise.allSettled([
-    fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : EmbeddedPostgres.start(),
-    ensureBroker()
-  ])
-  if (pgResult.status === "rejected" || brokerResult.status === "rejected") {
-    if (pgResult.status === "fulfilled") await pgResult.value?.stop()
-    if (brokerResult.status === "fulfilled") await brokerResult.value.stop?.()
-    throw pgResult.status === "rejected" ? pgResult.reason : (brokerResult as PromiseRejectedResult).reason
+  const started = await Promise.allSettled(
+    [
+      fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : EmbeddedPostgres.start(),
+      ensureBroker(),
+      startMariadb()
+    ] as const
+  )
+  const [pgResult, brokerResult, mariadbResult] = started
+  const stopAll = () =>
+    Promise.all([
+      pgResult.status === "fulfilled" ? pgResult.value?.stop() : undefined,
+      brokerResult.status === "fulfilled" ? brokerResult.value.stop?.() : undefined,
+      mariadbResult.status === "fulfilled" ? mariadbResult.value.stop() : undefined
+    ])
+  const failed = started.find((result): result is PromiseRejectedResult => result.status === "rejected")
+  if (failed !== undefined) {
+    await stopAll()
+    throw failed.reason
   }
-  const server = pgResult.value
-  const broker = brokerResult.value
-  const url = server?.url ?? fromEnv!
+  const url = valueOf(pgResult)?.url ?? fromEnv!
   try {
     await checkServerVersion(url)
   } catch (error) {
-    await Promise.all([server?.stop(), broker.stop?.()])
+    await stopAll()
     throw error
   }
   project.provide("adminDatabaseUrl", url)
-  project.provide("amqpUrl", broker.url)
+  project.provide("amqpUrl", valueOf(brokerResult).url)
+  project.provide("mysqlUrl", valueOf(mariadbResult).url)
   return async () => {
-    await Promise.all([server?.stop(), broker.stop?.()])
+    await stopAll()
   }
 }
+
+/** The value of a result known to be fulfilled. */
+const valueOf = <A>(result: PromiseSettledResult<A>): A => (result as PromiseFulfilledResult<A>).value
 
 /**
  * Says which server the run tests, and — with `OUTBOX_POSTGRES_MAJOR` (CI's PostgreSQL matrix) — fails the run

@@ -1,0 +1,143 @@
+/**
+ * MariaDB for the tests: `MYSQL_URL` when set, otherwise Debian's `mariadb-server` run as a private server of the
+ * test run — its own data directory (`mariadb-install-db`) in a temporary directory, a free loopback port, no
+ * defaults file, no binary log, no name resolution. Run as root (CI), the server drops to Debian's unprivileged
+ * `mysql` user (`--user`), which owns the directory. It is ready when a connection succeeds (about 2 s); `stop`
+ * sends SIGTERM (a clean shutdown) and removes the directory.
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { freePort } from "../../src/programs/EmbeddedPostgres.js"
+
+const serverBinary = "/usr/sbin/mariadbd"
+const installBinary = "/usr/bin/mariadb-install-db"
+
+/** A server found or started for the tests. */
+export interface RunningMariadb {
+  /** `mysql://root@127.0.0.1:<port>` (no database: each test file creates its own). */
+  readonly url: string
+  /** Stops what was started here (nothing for `MYSQL_URL`). */
+  readonly stop: () => Promise<void>
+}
+
+/** Installs `mariadb-server` from Debian when it is missing and we are root. */
+const ensureInstalled = (): void => {
+  if (fs.existsSync(serverBinary) && fs.existsSync(installBinary)) return
+  if (process.getuid?.() !== 0) {
+    throw new Error(
+      `MariaDB is not installed (${serverBinary} is missing): apt-get install mariadb-server, or set MYSQL_URL`
+    )
+  }
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
+  const install = () => execFileSync("apt-get", ["install", "-y", "-q", "mariadb-server"], { env, stdio: "ignore" })
+  try {
+    install()
+  } catch {
+    execFileSync("apt-get", ["update", "-q"], { env, stdio: "ignore" })
+    install()
+  }
+}
+
+/** Whether a connection to the server succeeds (closed at once). */
+const canConnect = async (url: string): Promise<boolean> => {
+  const { createConnection } = await import("mysql2/promise")
+  try {
+    const connection = await createConnection({ uri: url, connectTimeout: 1000 })
+    await connection.end()
+    return true
+  } catch {
+    return false
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** The server's user: as root, Debian's `mysql` (mariadbd refuses to run as root); otherwise the current one. */
+const serverUser = (): { readonly name: string; readonly uid: number; readonly gid: number } | undefined => {
+  if (process.getuid?.() !== 0) return undefined
+  const id = (flag: string) => Number(execFileSync("id", [flag, "mysql"], { encoding: "utf8" }).trim())
+  return { name: "mysql", uid: id("-u"), gid: id("-g") }
+}
+
+/** `MYSQL_URL`, or a private server started in a temporary directory (see the module's comment). */
+export const startMariadb = async (options: { readonly timeoutMs?: number } = {}): Promise<RunningMariadb> => {
+  const fromEnv = process.env.MYSQL_URL
+  if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv, stop: async () => {} }
+  ensureInstalled()
+  const port = await freePort()
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-mariadb-${port}-`))
+  const user = serverUser()
+  if (user !== undefined) fs.chownSync(dir, user.uid, user.gid)
+  const userArgs = user === undefined ? [] : [`--user=${user.name}`]
+  const dataDir = path.join(dir, "data")
+  const log = path.join(dir, "server.log")
+  const remove = () => fs.rmSync(dir, { recursive: true, force: true })
+  try {
+    execFileSync(installBinary, [
+      "--no-defaults",
+      ...userArgs,
+      `--datadir=${dataDir}`,
+      "--auth-root-authentication-method=normal",
+      "--skip-test-db"
+    ], { stdio: "ignore" })
+  } catch (error) {
+    remove()
+    throw new Error(`mariadb-install-db failed in ${dataDir}`, { cause: error })
+  }
+  const out = fs.openSync(log, "a")
+  const child: ChildProcess = spawn(serverBinary, [
+    "--no-defaults",
+    ...userArgs,
+    `--datadir=${dataDir}`,
+    `--port=${port}`,
+    "--bind-address=127.0.0.1",
+    `--socket=${path.join(dir, "mariadb.sock")}`,
+    `--pid-file=${path.join(dir, "mariadb.pid")}`,
+    "--skip-name-resolve",
+    "--skip-log-bin",
+    "--innodb-buffer-pool-size=64M"
+  ], { stdio: ["ignore", out, out] })
+  fs.closeSync(out)
+  let exited = false
+  const gone = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+  void gone.then(() => {
+    exited = true
+  })
+  const stop = async () => {
+    if (!exited) {
+      child.kill("SIGTERM")
+      await gone
+    }
+    remove()
+  }
+  const url = `mysql://root@127.0.0.1:${port}`
+  const deadline = Date.now() + (options.timeoutMs ?? 60_000)
+  while (Date.now() < deadline) {
+    if (exited) {
+      const tail = fs.readFileSync(log, "utf8").split("\n").slice(-20).join("\n")
+      remove()
+      throw new Error(`mariadbd exited while starting:\n${tail}`)
+    }
+    if (await canConnect(url)) return { url, stop }
+    await sleep(100)
+  }
+  await stop()
+  throw new Error(`mariadbd did not accept connections within ${options.timeoutMs ?? 60_000} ms`)
+}
+
+/** Creates a fresh database on the server of `serverUrl` (named after `prefix`) and returns its URL. */
+export const createMysqlDatabase = async (serverUrl: string, prefix: string): Promise<string> => {
+  const { createConnection } = await import("mysql2/promise")
+  const name = `${prefix}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`
+  const connection = await createConnection({ uri: serverUrl })
+  try {
+    await connection.query(`CREATE DATABASE \`${name}\``)
+  } finally {
+    await connection.end()
+  }
+  const url = new URL(serverUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
