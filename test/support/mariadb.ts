@@ -10,6 +10,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
+import { ensurePackage } from "./debian.js"
 
 const serverBinary = "/usr/sbin/mariadbd"
 const installBinary = "/usr/bin/mariadb-install-db"
@@ -23,22 +24,8 @@ export interface RunningMariadb {
 }
 
 /** Installs `mariadb-server` from Debian when it is missing and we are root. */
-const ensureInstalled = (): void => {
-  if (fs.existsSync(serverBinary) && fs.existsSync(installBinary)) return
-  if (process.getuid?.() !== 0) {
-    throw new Error(
-      `MariaDB is not installed (${serverBinary} is missing): apt-get install mariadb-server, or set MYSQL_URL`
-    )
-  }
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
-  const install = () => execFileSync("apt-get", ["install", "-y", "-q", "mariadb-server"], { env, stdio: "ignore" })
-  try {
-    install()
-  } catch {
-    execFileSync("apt-get", ["update", "-q"], { env, stdio: "ignore" })
-    install()
-  }
-}
+const ensureInstalled = (): void =>
+  ensurePackage("mariadb-server", [serverBinary, installBinary], "apt-get install mariadb-server, or set MYSQL_URL")
 
 /** Whether a connection to the server succeeds (closed at once). */
 const canConnect = async (url: string): Promise<boolean> => {

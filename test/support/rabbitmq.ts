@@ -16,6 +16,7 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
+import { ensurePackage } from "./debian.js"
 
 const serverScript = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
@@ -37,22 +38,8 @@ export interface RunningBroker {
 }
 
 /** Installs `rabbitmq-server` from Debian when it is missing and we are root. */
-export const ensureInstalled = (): void => {
-  if (fs.existsSync(serverScript)) return
-  if (process.getuid?.() !== 0) {
-    throw new Error(
-      `RabbitMQ is not installed (${serverScript} is missing): apt-get install rabbitmq-server, or set AMQP_URL`
-    )
-  }
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
-  const install = () => execFileSync("apt-get", ["install", "-y", "-q", "rabbitmq-server"], { env, stdio: "ignore" })
-  try {
-    install()
-  } catch {
-    execFileSync("apt-get", ["update", "-q"], { env, stdio: "ignore" })
-    install()
-  }
-}
+export const ensureInstalled = (): void =>
+  ensurePackage("rabbitmq-server", [serverScript], "apt-get install rabbitmq-server, or set AMQP_URL")
 
 /** Whether an AMQP connection to the URL succeeds (closed at once). */
 export const canConnect = async (url: string, timeout = 2000): Promise<boolean> => {
