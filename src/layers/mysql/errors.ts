@@ -1,0 +1,55 @@
+/**
+ * SQL failures of the MySQL layers as typed errors: a missing table and a privilege the user lacks are told
+ * apart from an outage (they are reported in one line instead of being retried forever).
+ *
+ * @internal
+ */
+import type { SqlError } from "@effect/sql/SqlError"
+import { StorageNotReadyError, TransportError } from "../../domain/Errors.js"
+import { describeError } from "../../internal/describeError.js"
+
+/** `ER_NO_SUCH_TABLE`. */
+const noSuchTable = 1146
+
+/** Privileges the user lacks: on a table, a column, a routine, a database. */
+const denied = new Set([1142, 1143, 1370, 1044])
+
+/** The server's error number of a failure (`mysql2`'s `errno`). @internal */
+export const errnoOf = (error: SqlError): number | undefined => {
+  const errno = (error.cause as { errno?: unknown } | undefined)?.errno
+  return typeof errno === "number" ? errno : undefined
+}
+
+/**
+ * The table a failure says does not exist, as the server names it (`db.table`), or `undefined` for any other
+ * failure. @internal
+ */
+export const missingTable = (error: SqlError): string | undefined => {
+  if (errnoOf(error) !== noSuchTable) return undefined
+  const message = (error.cause as { message?: unknown } | undefined)?.message
+  return (typeof message === "string" ? /Table '([^']+)' doesn't exist/.exec(message)?.[1] : undefined) ?? ""
+}
+
+/** Whether the failure names `table` (qualified or not) as the missing table. @internal */
+export const isTableNamed = (named: string, table: string): boolean => named === table || named.endsWith(`.${table}`)
+
+/** Whether the storage cannot be used as it is: missing, or not granted. Neither is retried. @internal */
+export const isStorageUnusable = (error: SqlError): boolean => {
+  const errno = errnoOf(error)
+  return errno !== undefined && (errno === noSuchTable || denied.has(errno))
+}
+
+/** The error of a table that is missing or not granted, with what to do about it. @internal */
+export const storageNotReady = (table: string, error: SqlError): StorageNotReadyError =>
+  new StorageNotReadyError({
+    storage: table,
+    message: denied.has(errnoOf(error) ?? 0)
+      ? `The outbox table ${table} is not usable by this user (${describeError(error)}): grant what the README's ` +
+        `"MySQL and MariaDB" section lists for a worker or a producer`
+      : `The outbox table ${table} is not set up (${describeError(error)}): run \`outbox setup-transports\` ` +
+        `(or TransportAdmin.setup) once before starting producers and workers`
+  })
+
+/** @internal */
+export const transportError = (transport: string, operation: string, error: SqlError): TransportError =>
+  new TransportError({ transport, operation, message: describeError(error), cause: error })
