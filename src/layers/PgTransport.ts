@@ -24,12 +24,12 @@ import { rowCapabilities, unknownTransport } from "../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../services/Transport.js"
 import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
 import { runMigrations } from "./internal/migrate.js"
+import { type ResolvedTransport, resolveTransports } from "./internal/tableTransports.js"
 import { isStorageUnusable, storageNotReady, transportError } from "./pg/errors.js"
 import * as PgSession from "./pg/PgSession.js"
 import * as PgWakeups from "./pg/PgWakeups.js"
 import * as Migrations from "./pg/sql/migrations.js"
 import * as Statements from "./pg/sql/transport.js"
-import { type ResolvedTransport, resolveTransports } from "./pg/transports.js"
 
 /**
  * Options of one named transport.

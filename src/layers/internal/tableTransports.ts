@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL transport's options resolved: each transport's queue, lease, failure transport and what a
+ * A table transport's options resolved (PostgreSQL's, MySQL's): each transport's queue, lease, failure transport and what a
  * failure does to its ordering keys, validated (names, a queue used by one transport only).
  *
  * @internal
