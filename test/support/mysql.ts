@@ -6,6 +6,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { inject } from "vitest"
+import * as MysqlTransport from "../../src/layers/MysqlTransport.js"
+import * as ScheduleRetryStrategy from "../../src/layers/ScheduleRetryStrategy.js"
+import * as Handlers from "../../src/services/Handlers.js"
+import * as Outbox from "../../src/services/Outbox.js"
 import { createMysqlDatabase } from "./mariadb.js"
 
 /** A `MysqlClient` layer for a database URL. */
@@ -21,5 +25,22 @@ export const freshMysqlDatabase = (prefix: string, options: { readonly maxConnec
   Layer.unwrapEffect(
     Effect.promise(() => createTestMysqlDatabase(prefix)).pipe(
       Effect.map((url) => mysqlLayer(url, options.maxConnections ?? 10))
+    )
+  )
+
+/** Outbox, the MySQL transport (set up on build), retry strategy and handlers over the SqlClient in context. */
+export const mysqlOutboxStack = <const Hs extends ReadonlyArray<Handlers.Handler.Any>>(options: {
+  readonly handlers: Hs
+  readonly table: string
+  readonly transports?: MysqlTransport.Options["transports"]
+  readonly retry?: ScheduleRetryStrategy.Options
+}) =>
+  Layer.mergeAll(
+    Outbox.layer(),
+    Handlers.layer(options.handlers),
+    ScheduleRetryStrategy.layer(options.retry)
+  ).pipe(
+    Layer.provideMerge(
+      MysqlTransport.layer({ table: options.table, transports: options.transports ?? { outbox: {} }, autoSetup: true })
     )
   )
