@@ -1,5 +1,5 @@
 /**
- * effect-outbox: a transactional outbox and message worker for Effect 3 on PostgreSQL. The command line
+ * effect-outbox: a transactional outbox and message worker for Effect 3 on PostgreSQL and MySQL/MariaDB. The command line
  * (`effect-outbox/Cli`), the RabbitMQ transport (`effect-outbox/AmqpTransport`), the metrics endpoint
  * (`effect-outbox/MetricsServer`) and the conformance suites (`effect-outbox/testing`) are subpaths of their own,
  * so importing the root loads neither `@effect/cli`, `amqplib` nor OpenTelemetry.
@@ -51,6 +51,10 @@ export * as TransportAdmin from "./services/TransportAdmin.js"
 export * as MemoryIdempotencyStore from "./layers/MemoryIdempotencyStore.js"
 /** @since 0.1.0 */
 export * as MemoryTransport from "./layers/MemoryTransport.js"
+/** @since 0.1.0 */
+export * as MysqlIdempotencyStore from "./layers/MysqlIdempotencyStore.js"
+/** @since 0.1.0 */
+export * as MysqlTransport from "./layers/MysqlTransport.js"
 /** @since 0.1.0 */
 export * as PgCompaction from "./layers/PgCompaction.js"
 /** @since 0.1.0 */

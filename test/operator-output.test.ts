@@ -356,7 +356,7 @@ describe("the outbox binary on any deployment", () => {
       const badQueue = yield* runCli(binary, ["stats", "--table", table, "--transport-queue", "a=b c", "--dsn", db.url])
       expect(failure(badQueue)).toContain(`Invalid queue or transport name "b c"`)
       const notUrl = yield* runCli(binary, ["stats", "--dsn", "not-a-url"])
-      expect(failure(notUrl)).toContain("The DSN is not a valid PostgreSQL URL")
+      expect(failure(notUrl)).toContain("The DSN is not a valid PostgreSQL or MySQL URL")
     }))
 
   it.live(
@@ -374,7 +374,8 @@ describe("the outbox binary on any deployment", () => {
         const bad = spawnScript("src/programs/outbox-main.ts", ["stats", "--dsn", "not-a-url"], {})
         expect((yield* Effect.promise(() => bad.exited)).code).toBe(1)
         expect(bad.stderr.join("").trim()).toBe(
-          "error: The DSN is not a valid PostgreSQL URL: expected postgres://user:password@host:port/database " +
+          "error: The DSN is not a valid PostgreSQL or MySQL URL: expected " +
+            "postgres://user:password@host:port/database or mysql://user:password@host:port/database " +
             "(from --dsn or DATABASE_URL)"
         )
         const help = spawnScript("src/programs/outbox-main.ts", ["stats", "--help"], {})

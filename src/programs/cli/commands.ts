@@ -12,13 +12,13 @@ import * as Option from "effect/Option"
 import type { TransportStats } from "../../domain/Envelope.js"
 import { describeError } from "../../internal/describeError.js"
 import * as PgCompaction from "../../layers/PgCompaction.js"
-import * as PgTransport from "../../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
 import { Transport } from "../../services/Transport.js"
 import type { CliOptions } from "../Cli.js"
 import * as Worker from "../worker/Worker.js"
 import * as WorkerHealth from "../WorkerHealth.js"
+import { CliDialect } from "./dialects.js"
 import { Deployment, type Environment } from "./environment.js"
 import { formatAge, formatBytes, headline, parseDurationMs, renderTable, truncate } from "./format.js"
 import {
@@ -312,7 +312,7 @@ export const make = (options: CliOptions, environment: Environment) => {
           const origins = new Map<string, ReadonlyMap<string | null, number>>()
           for (const name of failures) {
             if (!Option.exists(transport.capabilities(name), (c) => c.browsing)) continue
-            const from = yield* PgTransport.failedFrom(counts.get(name)!.queue, { table })
+            const from = yield* (yield* CliDialect).failedFrom(counts.get(name)!.queue, { table })
             origins.set(name, new Map(from.map((row) => [row.transport, row.count])))
           }
           const failedFrom = (name: string): number | null => {
@@ -408,6 +408,10 @@ export const make = (options: CliOptions, environment: Environment) => {
     },
     (o) =>
       Effect.gen(function*() {
+        const dialect = yield* CliDialect
+        if (!dialect.compaction) {
+          return yield* fail(`storage:compact rebuilds PostgreSQL's indexes; on ${dialect.name} use OPTIMIZE TABLE`)
+        }
         const table = yield* tableOf({ ...o, transportQueues: [] })
         const done = yield* PgCompaction.compactIndexes({ table, force: o.force, minBytes: o.minSize })
         if (Option.isNone(done)) return yield* Console.log("Another compactor holds the table; nothing done.")

@@ -6,7 +6,6 @@
  *
  * @internal
  */
-import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -18,12 +17,12 @@ import * as Identifier from "../../domain/Identifier.js"
 import { describeError } from "../../internal/describeError.js"
 import { failureTransports } from "../../internal/transports.js"
 import * as AmqpTransport from "../../layers/amqp/AmqpTransport.js"
-import * as PgIdempotencyStore from "../../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as TransportRouter from "../../layers/TransportRouter.js"
 import { Transport, type TransportShape } from "../../services/Transport.js"
-import { TransportAdmin } from "../../services/TransportAdmin.js"
+import { TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
+import { CliDialect, type Dialect, fromUrl } from "./dialects.js"
 import { CliError, fail, type Target } from "./options.js"
 
 /**
@@ -68,15 +67,18 @@ export const make = (options: CliOptions) => {
           : yield* Config.redacted("DATABASE_URL").pipe(
             Effect.mapError(() => new CliError({ message: "No database: pass --dsn or set DATABASE_URL" }))
           )
-        yield* checkUrl(url)
-        return PgClient.layer({ url, connectTimeout: "5 seconds" })
+        const dialect = yield* dialectOf(url)
+        return Layer.merge(
+          dialect.client(url).pipe(
+            Layer.mapError((error) =>
+              isCliError(error)
+                ? error
+                : new CliError({ message: `Cannot connect to ${dialect.name}: ${describeError(error)}` })
+            )
+          ),
+          Layer.succeed(CliDialect, dialect)
+        )
       })
-    ).pipe(
-      Layer.mapError((error) =>
-        error._tag === "OutboxCliError"
-          ? error
-          : new CliError({ message: `Cannot connect to PostgreSQL: ${describeError(error)}` })
-      )
     )
 
   /** The table: `--table`, else `OUTBOX_TABLE`, else the application's, else `messenger_messages`; checked. */
@@ -103,6 +105,7 @@ export const make = (options: CliOptions) => {
     discover: { readonly inspect: ReadonlyArray<string> } | undefined
   ) =>
     Effect.gen(function*() {
+      const dialect = yield* CliDialect
       const table = yield* tableOf(target)
       const fromEnv = yield* Config.string("OUTBOX_TRANSPORT_QUEUES").pipe(
         Config.withDefault(""),
@@ -127,7 +130,7 @@ export const make = (options: CliOptions) => {
           }
         }
         reserve()
-        for (const queue of yield* PgTransport.queueNames({ table })) {
+        for (const queue of yield* dialect.queueNames({ table })) {
           if (!taken.has(queue) && !used.has(queue)) transports[queue] = {}
         }
         reserve()
@@ -142,7 +145,7 @@ export const make = (options: CliOptions) => {
           ...discover.inspect.map(queueOf)
         ])
         for (const queue of failureQueues) {
-          for (const { transport } of yield* PgTransport.failedFrom(queue, { table })) {
+          for (const { transport } of yield* dialect.failedFrom(queue, { table })) {
             if (transport === null || taken.has(transport) || used.has(transport)) continue
             transports[transport] = {}
             taken.add(transport)
@@ -156,12 +159,13 @@ export const make = (options: CliOptions) => {
 
   const served = (resolved: Resolved) =>
     Effect.gen(function*() {
-      if (options.amqp === undefined) return PgTransport.layer(resolved.options)
+      const dialect = yield* CliDialect
+      if (options.amqp === undefined) return backendLayer(dialect.transport(resolved.options))
       const { url: explicit, ...amqp } = options.amqp
       const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
         Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
       ))
-      return TransportRouter.layer(PgTransport.make(resolved.options), AmqpTransport.make({ ...amqp, url }))
+      return TransportRouter.layer(dialect.transport(resolved.options), AmqpTransport.make({ ...amqp, url }))
     })
 
   /** The application's transports (what `consume` and `setup-transports` serve), on the `SqlClient` in context. */
@@ -184,9 +188,9 @@ export const make = (options: CliOptions) => {
   const idempotencyOptions = options.idempotency === false ? undefined : options.idempotency ?? {}
   const idempotencyOnly = Layer.unwrapEffect(
     Effect.map(
-      Config.option(Config.string("OUTBOX_IDEMPOTENCY_TABLE")),
-      (table) =>
-        PgIdempotencyStore.layer({
+      Effect.all([Config.option(Config.string("OUTBOX_IDEMPOTENCY_TABLE")), CliDialect]),
+      ([table, dialect]) =>
+        dialect.idempotency({
           ...idempotencyOptions,
           ...(Option.isSome(table) ? { table: table.value } : {})
         })
@@ -235,19 +239,25 @@ export const make = (options: CliOptions) => {
 }
 
 /**
- * A DSN must be a PostgreSQL URL: `pg` would read a bare word as a host name and answer `--dsn not-a-url` with
- * `getaddrinfo ENOTFOUND base`.
+ * A DSN must be a PostgreSQL or MySQL URL, whose scheme picks the dialect: `pg` would read a bare word as a host name
+ * and answer `--dsn not-a-url` with `getaddrinfo ENOTFOUND base`.
  */
-const checkUrl = (url: Redacted.Redacted) => {
-  const value = Redacted.value(url)
-  const parsed = URL.canParse(value) ? new URL(value) : undefined
-  return parsed !== undefined && /^(postgres|postgresql|socket):$/.test(parsed.protocol)
-    ? Effect.void
-    : fail(
-      "The DSN is not a valid PostgreSQL URL: expected postgres://user:password@host:port/database " +
-        "(from --dsn or DATABASE_URL)"
-    )
+const dialectOf = (url: Redacted.Redacted): Effect.Effect<Dialect, CliError> => {
+  const dialect = fromUrl(Redacted.value(url))
+  return dialect !== undefined ? Effect.succeed(dialect) : fail(
+    "The DSN is not a valid PostgreSQL or MySQL URL: expected postgres://user:password@host:port/database or " +
+      "mysql://user:password@host:port/database (from --dsn or DATABASE_URL)"
+  )
 }
+
+const isCliError = (error: unknown): error is CliError =>
+  typeof error === "object" && error !== null && (error as { _tag?: unknown })._tag === "OutboxCliError"
+
+/** A backend as the `Transport` and `TransportAdmin` layer. */
+const backendLayer = <E, R>(backend: Effect.Effect<TransportBackend, E, R>) =>
+  Layer.effectContext(
+    Effect.map(backend, (b) => Context.make(Transport, b).pipe(Context.add(TransportAdmin, b)))
+  )
 
 /** @internal */
 export type Environment = ReturnType<typeof make>
