@@ -4,12 +4,14 @@
  *
  * @since 0.1.0
  */
-import type * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Schedule from "effect/Schedule"
+import * as MysqlIdempotencyStore from "../layers/MysqlIdempotencyStore.js"
+import * as MysqlTransport from "../layers/MysqlTransport.js"
 import * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
@@ -60,7 +62,7 @@ export {
 export const handlers = Handlers.layer([issueInvoice()])
 
 /**
- * Runs the demo on the `SqlClient` in context.
+ * Runs the demo on the `SqlClient` in context: PostgreSQL's, or MySQL's (a `MysqlClient`).
  *
  * @since 0.1.0
  * @category programs
@@ -71,9 +73,12 @@ export const run = (options: DemoOptions): Effect.Effect<DemoSummary, unknown, S
     const say = sayer(options.json)
     yield* createTables(options.orders)
 
+    const mysql = (yield* SqlClient.SqlClient).onDialectOrElse({ mysql: () => true, orElse: () => false })
     const stack = Layer.mergeAll(Outbox.layer(), handlers, ScheduleRetryStrategy.layerDefault).pipe(
-      Layer.provideMerge(PgIdempotencyStore.layer(idempotencyOptions)),
-      Layer.provideMerge(PgTransport.layer(transportOptions))
+      Layer.provideMerge(
+        mysql ? MysqlIdempotencyStore.layer(idempotencyOptions) : PgIdempotencyStore.layer(idempotencyOptions)
+      ),
+      Layer.provideMerge(mysql ? MysqlTransport.layer(transportOptions) : PgTransport.layer(transportOptions))
     )
 
     return yield* Effect.gen(function*() {

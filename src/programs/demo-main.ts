@@ -1,5 +1,6 @@
 /**
- * `npm start`: the demo on an embedded PostgreSQL, or on `DATABASE_URL` when it is set.
+ * `npm start`: the demo on an embedded PostgreSQL, on `DATABASE_URL` when it is set, or on MySQL/MariaDB when
+ * `MYSQL_URL` is set (mysql://user:password@host:port/database).
  * `npm start -- --broker`: the chain outbox → RabbitMQ → invoices, on the broker at `--amqp-url`, `AMQP_URL`
  * or amqp://guest:guest@127.0.0.1:5672 (checked first: unreachable, it says so in one line and exits 1).
  */
@@ -109,6 +110,16 @@ const demo = Command.make(
     broker
       ? brokerDemo(options, amqpUrl)
       : Effect.gen(function*() {
+        const mysqlUrl = process.env.MYSQL_URL
+        if (mysqlUrl !== undefined && mysqlUrl !== "") {
+          yield* Console.error(`warning: running on $MYSQL_URL: ${Shared.databaseWarning}.`)
+          const { MysqlClient } = yield* Effect.promise(() => import("@effect/sql-mysql2"))
+          return yield* Demo.run(options).pipe(
+            Effect.provide(
+              Layer.orDie(MysqlClient.layer({ url: Redacted.make(mysqlUrl), maxConnections: options.producers + 4 }))
+            )
+          )
+        }
         const url = yield* databaseUrl
         yield* Demo.run(options).pipe(
           Effect.provide(

@@ -158,12 +158,30 @@ export const createTables = (orders: number) =>
   Effect.gen(function*() {
     const sql = (yield* SqlClient.SqlClient).withoutTransforms()
     yield* sql`DROP TABLE IF EXISTS demo_invoices, demo_orders`
-    yield* sql`CREATE TABLE demo_orders (id int PRIMARY KEY, amount_cents int NOT NULL, paid_at timestamptz)`
-    yield* sql`CREATE TABLE demo_invoices (
-      id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, order_id int NOT NULL, message_id uuid NOT NULL,
-      issued_at timestamptz NOT NULL DEFAULT now())`
-    yield* sql`INSERT INTO demo_orders (id, amount_cents)
-      SELECT g, 100 + (g * 37) % 9900 FROM generate_series(1, ${orders}) g`
+    yield* sql.onDialectOrElse({
+      mysql: () =>
+        Effect.gen(function*() {
+          yield* sql`CREATE TABLE demo_orders (id INT PRIMARY KEY, amount_cents INT NOT NULL, paid_at DATETIME(6) NULL)`
+          yield* sql`CREATE TABLE demo_invoices (
+            id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id INT NOT NULL, message_id CHAR(36) NOT NULL,
+            issued_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))`
+          for (let from = 1; from <= orders; from += 1000) {
+            const ids = Array.from({ length: Math.min(1000, orders - from + 1) }, (_, i) => from + i)
+            yield* sql`INSERT INTO demo_orders (id, amount_cents) VALUES ${
+              sql.csv(ids.map((id) => sql`(${id}, ${100 + (id * 37) % 9900})`))
+            }`
+          }
+        }),
+      orElse: () =>
+        Effect.gen(function*() {
+          yield* sql`CREATE TABLE demo_orders (id int PRIMARY KEY, amount_cents int NOT NULL, paid_at timestamptz)`
+          yield* sql`CREATE TABLE demo_invoices (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, order_id int NOT NULL, message_id uuid NOT NULL,
+            issued_at timestamptz NOT NULL DEFAULT now())`
+          yield* sql`INSERT INTO demo_orders (id, amount_cents)
+            SELECT g, 100 + (g * 37) % 9900 FROM generate_series(1, ${orders}) g`
+        })
+    })
   })
 
 /**
@@ -205,8 +223,17 @@ export const payments = (rollbackShare: number) => {
     Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       yield* sql.withTransaction(Effect.gen(function*() {
-        const [order] = yield* sql<{ amount_cents: number }>`
-          UPDATE demo_orders SET paid_at = now() WHERE id = ${orderId} AND paid_at IS NULL RETURNING amount_cents`
+        const [order] = yield* sql.onDialectOrElse({
+          // No UPDATE … RETURNING: the row is read back inside the transaction.
+          mysql: () =>
+            Effect.zipRight(
+              sql`UPDATE demo_orders SET paid_at = UTC_TIMESTAMP(6) WHERE id = ${orderId} AND paid_at IS NULL`,
+              sql<{ amount_cents: number }>`SELECT amount_cents FROM demo_orders WHERE id = ${orderId}`
+            ),
+          orElse: () =>
+            sql<{ amount_cents: number }>`UPDATE demo_orders SET paid_at = now()
+              WHERE id = ${orderId} AND paid_at IS NULL RETURNING amount_cents`
+        })
         yield* Outbox.dispatch(new OrderPaid({ orderId, amountCents: order!.amount_cents }))
         if (((orderId * 7919) % 1000) / 1000 < rollbackShare) return yield* new RolledBackOnPurpose()
       })).pipe(
@@ -254,13 +281,20 @@ export const queueCounts = (transport: string) =>
  */
 export const invoiceCounts = Effect.gen(function*() {
   const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-  const [row] = yield* sql<{ handled: number; total: number; orders: number; rolled_back_handled: number }>`
-    SELECT count(DISTINCT message_id)::int AS handled, count(*)::int AS total,
-           count(DISTINCT order_id)::int AS orders,
-           (SELECT count(*)::int FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
+  // Counts arrive as numbers or as text, by dialect.
+  type Count = number | string
+  const [row] = yield* sql<{ handled: Count; total: Count; orders: Count; rolled_back_handled: Count }>`
+    SELECT COUNT(DISTINCT message_id) AS handled, COUNT(*) AS total,
+           COUNT(DISTINCT order_id) AS orders,
+           (SELECT COUNT(*) FROM demo_invoices i JOIN demo_orders o ON o.id = i.order_id
              WHERE o.paid_at IS NULL) AS rolled_back_handled
     FROM demo_invoices`
-  return { handled: row!.handled, total: row!.total, orders: row!.orders, rolledBackHandled: row!.rolled_back_handled }
+  return {
+    handled: Number(row!.handled),
+    total: Number(row!.total),
+    orders: Number(row!.orders),
+    rolledBackHandled: Number(row!.rolled_back_handled)
+  }
 })
 
 /**
@@ -276,7 +310,7 @@ export const invoicedAgain = (share: number, spread: number) =>
   Effect.gen(function*() {
     const sql = (yield* SqlClient.SqlClient).withoutTransforms()
     const picked = yield* sql<{ message_id: string; id: number; amount_cents: number }>`
-      SELECT i.message_id::text AS message_id, o.id, o.amount_cents FROM demo_invoices i
+      SELECT i.message_id AS message_id, o.id, o.amount_cents FROM demo_invoices i
       JOIN demo_orders o ON o.id = i.order_id
       WHERE (o.id * ${spread}) % 1000 < ${Math.round(share * 1000)} ORDER BY o.id`
     return yield* Effect.forEach(picked, (row) =>
