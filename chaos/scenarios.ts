@@ -8,6 +8,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import type { RunningBroker } from "../test/support/rabbitmq.js"
 import type { Observation } from "./checks.js"
+import type { DialectName } from "./dialects.js"
 import {
   allEffectsWritten,
   brokerQueueDepth,
@@ -88,10 +89,14 @@ export interface Environment {
   readonly log: (line: string) => void
 }
 
-/** A scenario: its name (for `--scenarios`), a line saying what it does, whether it needs the broker. */
+/**
+ * A scenario: its name (for `--scenarios`), a line saying what it does, the server it runs on (`Environment.server`
+ * is that one), whether it needs the broker.
+ */
 export interface Scenario {
   readonly name: string
   readonly title: string
+  readonly server: DialectName
   readonly needsBroker: boolean
   readonly run: (env: Environment) => Effect.Effect<Observation, unknown>
 }
@@ -276,52 +281,53 @@ const terminateBackends = (url: string) =>
     [monitorApplicationName]
   )
 
+/** Workers killed at random (SIGKILL) and started again, until the queue drained. */
+const killStorm = (ctx: FaultContext) =>
+  Effect.forever(
+    Effect.suspend(() =>
+      Effect.sleep(ctx.rng.between(...ctx.env.sizes.killEveryMs)).pipe(
+        Effect.zipRight(ctx.fleet.killOne(ctx.rng)),
+        Effect.flatMap((killed) => killed ? Effect.sync(ctx.injected) : Effect.void)
+      )
+    )
+  )
+
+/** The server restarted in each mode (`fast`: a clean shutdown; `immediate`: a crash), spread over the production. */
+const serverRestarts = (ctx: FaultContext) =>
+  Effect.gen(function*() {
+    const modes = Array.from({ length: ctx.env.sizes.restartsPerMode * 2 }, (_, i) =>
+      i % 2 === 0 ? "fast" as const : "immediate" as const)
+    const at = spread(ctx, modes.length)
+    for (const [i, mode] of modes.entries()) {
+      yield* sleepUntil(at[i]!)
+      const ms = yield* timed(Effect.promise(() =>
+        ctx.env.server.restart(mode)
+      )).pipe(Effect.uninterruptible)
+      ctx.injected()
+      ctx.notes.push(`restart -m ${mode}: server back after ${seconds(ms)}`)
+    }
+  })
+
 /** The scenarios, in the order they run. */
 export const scenarios: ReadonlyArray<Scenario> = [
   {
     name: "sigkill",
     title: "SIGKILL storm: workers killed at random and restarted until the queue drains",
+    server: "postgres",
     needsBroker: false,
-    run: scenario({
-      name: "sigkill",
-      workers: consumers,
-      fault: (ctx) =>
-        Effect.forever(
-          Effect.suspend(() =>
-            Effect.sleep(ctx.rng.between(...ctx.env.sizes.killEveryMs)).pipe(
-              Effect.zipRight(ctx.fleet.killOne(ctx.rng)),
-              Effect.flatMap((killed) => killed ? Effect.sync(ctx.injected) : Effect.void)
-            )
-          )
-        )
-    })
+    run: scenario({ name: "sigkill", workers: consumers, fault: killStorm })
   },
   {
     name: "restart",
     title: "Server restarts: pg_ctl restart -m fast and -m immediate while workers and producers run",
+    server: "postgres",
     needsBroker: false,
-    run: scenario({
-      name: "restart",
-      workers: consumers,
-      fault: (ctx) =>
-        Effect.gen(function*() {
-          const modes = Array.from({ length: ctx.env.sizes.restartsPerMode * 2 }, (_, i) =>
-            i % 2 === 0 ? "fast" as const : "immediate" as const)
-          const at = spread(ctx, modes.length)
-          for (const [i, mode] of modes.entries()) {
-            yield* sleepUntil(at[i]!)
-            const ms = yield* timed(Effect.promise(() =>
-              ctx.env.server.restart(mode)
-            )).pipe(Effect.uninterruptible)
-            ctx.injected()
-            ctx.notes.push(`restart -m ${mode}: server back after ${seconds(ms)}`)
-          }
-        })
-    })
+    run: scenario({ name: "restart", workers: consumers, fault: serverRestarts })
   },
   {
     name: "terminate",
     title: "pg_terminate_backend storm: every backend of the workers and producers killed, again and again",
+    server: "postgres",
     needsBroker: false,
     run: scenario({
       name: "terminate",
@@ -352,6 +358,7 @@ export const scenarios: ReadonlyArray<Scenario> = [
   {
     name: "outage",
     title: "Outage longer than the write retry: the server stopped for twice the workers' settleTimeout",
+    server: "postgres",
     needsBroker: false,
     run: scenario({
       name: "outage",
@@ -379,6 +386,7 @@ export const scenarios: ReadonlyArray<Scenario> = [
   {
     name: "broker",
     title: "Broker stopped mid-forwarding: outbox → Forwarder → RabbitMQ → idempotent consumer",
+    server: "postgres",
     needsBroker: true,
     run: scenario({
       name: "broker",
@@ -406,6 +414,7 @@ export const scenarios: ReadonlyArray<Scenario> = [
   {
     name: "hostile",
     title: "Hostile rows among valid ones: deep JSON, NUL, lone surrogates, 5 MB fields, infinities, overflows",
+    server: "postgres",
     needsBroker: false,
     run: scenario({
       name: "hostile",
@@ -413,5 +422,19 @@ export const scenarios: ReadonlyArray<Scenario> = [
       hostile: true,
       fault: () => Effect.void
     })
+  },
+  {
+    name: "mariadb-sigkill",
+    title: "SIGKILL storm on MariaDB: the MySQL transport's workers killed at random and restarted",
+    server: "mariadb",
+    needsBroker: false,
+    run: scenario({ name: "mariadb-sigkill", workers: consumers, fault: killStorm })
+  },
+  {
+    name: "mariadb-restart",
+    title: "MariaDB restarts: mariadbd stopped (SIGTERM) and killed (SIGKILL), started again, while all runs",
+    server: "mariadb",
+    needsBroker: false,
+    run: scenario({ name: "mariadb-restart", workers: consumers, fault: serverRestarts })
   }
 ]

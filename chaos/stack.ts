@@ -3,6 +3,7 @@
  * (PostgreSQL alone, or PostgreSQL and RabbitMQ under one router), the idempotency store, the retry policy and the
  * handlers of the worker's role.
  */
+import * as MysqlClient from "@effect/sql-mysql2/MysqlClient"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
@@ -10,6 +11,8 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import type { OutboxConfigError } from "../src/domain/Errors.js"
 import * as AmqpTransport from "../src/layers/amqp/AmqpTransport.js"
+import * as MysqlIdempotencyStore from "../src/layers/MysqlIdempotencyStore.js"
+import * as MysqlTransport from "../src/layers/MysqlTransport.js"
 import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
@@ -18,11 +21,21 @@ import * as Forwarder from "../src/programs/Forwarder.js"
 import * as Handlers from "../src/services/Handlers.js"
 import type { IdempotencyStore } from "../src/services/IdempotencyStore.js"
 import type { Transport } from "../src/services/Transport.js"
+import { dialectOf } from "./dialects.js"
 import { ChaosPaid, consume, queue, retry, table, type WorkerConfig } from "./model.js"
 
-/** A PostgreSQL pool on a URL, its connections named for `pg_stat_activity`. */
-export const database = (url: string, applicationName: string, maxConnections = 10) =>
-  PgClient.layer({ url: Redacted.make(url), applicationName, maxConnections })
+/**
+ * A pool on a URL: PostgreSQL's, its connections named for `pg_stat_activity`, or MariaDB's (`mysql://`), whose
+ * connections have no name.
+ */
+export const database = (
+  url: string,
+  applicationName: string,
+  maxConnections = 10
+): Layer.Layer<SqlClient.SqlClient, unknown> =>
+  dialectOf(url) === "mariadb"
+    ? MysqlClient.layer({ url: Redacted.make(url), maxConnections })
+    : PgClient.layer({ url: Redacted.make(url), applicationName, maxConnections })
 
 /** The PostgreSQL transport options: `outbox` with the scenario's lease (and `failed`, added by the transport). */
 export const pgOptions = (leaseMs: number): PgTransport.Options => ({
@@ -30,9 +43,13 @@ export const pgOptions = (leaseMs: number): PgTransport.Options => ({
   transports: { [queue]: { redeliverTimeout: Duration.millis(leaseMs) } }
 })
 
-/** `Transport` and `TransportAdmin`: PostgreSQL, plus the broker's `amqp` transport when configured. */
-export const transport = (config: Pick<WorkerConfig, "leaseMs" | "amqp">) =>
-  config.amqp === undefined
+/**
+ * `Transport` and `TransportAdmin`: PostgreSQL, plus the broker's `amqp` transport when configured; or MariaDB's.
+ */
+export const transport = (config: Pick<WorkerConfig, "leaseMs" | "amqp" | "url">) =>
+  dialectOf(config.url) === "mariadb"
+    ? MysqlTransport.layer(pgOptions(config.leaseMs))
+    : config.amqp === undefined
     ? PgTransport.layer(pgOptions(config.leaseMs))
     : TransportRouter.layer(
       PgTransport.make(pgOptions(config.leaseMs)),
@@ -57,9 +74,13 @@ const handlers = (
   }
 }
 
+/** The idempotency store of the database's dialect. */
+export const idempotencyStore = (url: string) =>
+  dialectOf(url) === "mariadb" ? MysqlIdempotencyStore.layer() : PgIdempotencyStore.layer()
+
 /** Everything `Worker.run` needs in a worker process of the role, over the SqlClient in context. */
 export const workerStack = (config: WorkerConfig) =>
   Layer.mergeAll(
-    handlers(config).pipe(Layer.provide(PgIdempotencyStore.layer())),
+    handlers(config).pipe(Layer.provide(idempotencyStore(config.url))),
     ScheduleRetryStrategy.layer(retry)
   ).pipe(Layer.provideMerge(transport(config)))

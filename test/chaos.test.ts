@@ -1,8 +1,8 @@
 /**
  * `npm run chaos` in small: every scenario of the chaos program (chaos/scenarios.ts) with a couple of hundred
  * messages, two workers and a fault or two each — real worker processes, real SIGKILLs, real server restarts and
- * broker stops — and every check must pass. Some scenarios stop or restart their server, so the scenarios run on
- * PostgreSQL clusters and a RabbitMQ node of this file's own, never on the ones the other test files share: one
+ * broker stops — and every check must pass, on PostgreSQL and on MariaDB. Some scenarios stop or restart their
+ * server, so the scenarios run on PostgreSQL clusters, MariaDB servers and a RabbitMQ node of this file's own, never on the ones the other test files share: one
  * cluster for each scenario that restarts, stops or storms it, one for the others. That lets the scenarios run at the same
  * time (each on its own database), so the file takes about as long as its longest scenario, the broker's. Then the
  * checks' self-test: each corruption of a copy of a real result (an effect dropped, an effect of a rolled-back
@@ -11,6 +11,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { evaluate, type Observation, selfTest, selfTestOk, syntheticObservation } from "../chaos/checks.js"
+import { startMariadbServer } from "../chaos/dialects.js"
 import { type ChaosServer, startServer } from "../chaos/postgres.js"
 import { type Environment, fullSizes, scenarios, type Sizes } from "../chaos/scenarios.js"
 import { type RunningBroker, startBroker } from "./support/rabbitmq.js"
@@ -36,14 +37,15 @@ const sizes: Sizes = {
 /**
  * The scenarios that stop or restart their server get one each, and so does the `pg_terminate_backend` storm:
  * scenarios beside it on a shared server failed to connect with 57P01 ("terminating connection due to
- * administrator command"), what its kills send. The others share one.
+ * administrator command"), what its kills send. The others share one (PostgreSQL's or MariaDB's).
  */
-const ownServer = new Set(["restart", "outage", "terminate"])
+const ownServer = new Set(["restart", "outage", "terminate", "mariadb-restart"])
 const servers = new Map<string, ChaosServer>()
 let broker: RunningBroker | undefined
 beforeAll(async () => {
-  const names = ["shared", ...ownServer]
-  const [started, node] = await Promise.all([Promise.all(names.map(() => startServer())), startBroker()])
+  const names = ["shared", "mariadb-shared", ...ownServer]
+  const start = (name: string) => name.startsWith("mariadb") ? startMariadbServer() : startServer()
+  const [started, node] = await Promise.all([Promise.all(names.map(start)), startBroker()])
   names.forEach((name, i) => servers.set(name, started[i]!))
   broker = node
 }, 90_000)
@@ -52,7 +54,9 @@ afterAll(async () => {
 }, 60_000)
 
 const environment = (scenario: string): Environment => ({
-  server: servers.get(ownServer.has(scenario) ? scenario : "shared")!,
+  server: servers.get(
+    ownServer.has(scenario) ? scenario : scenario.startsWith("mariadb") ? "mariadb-shared" : "shared"
+  )!,
   broker,
   sizes,
   seed: 15,

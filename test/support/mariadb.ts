@@ -19,8 +19,21 @@ const installBinary = "/usr/bin/mariadb-install-db"
 export interface RunningMariadb {
   /** `mysql://root@127.0.0.1:<port>` (no database: each test file creates its own). */
   readonly url: string
-  /** Stops what was started here (nothing for `MYSQL_URL`). */
+  /** Stops what was started here and removes its directory (nothing for `MYSQL_URL`). */
   readonly stop: () => Promise<void>
+}
+
+/** A server started here, which the chaos run stops and starts again on the same data. */
+export interface ControlledMariadb extends RunningMariadb {
+  /** The server's directory (data, log, socket). */
+  readonly dir: string
+  /**
+   * Stops the server, keeping its data: `fast` is a clean shutdown (SIGTERM), `immediate` a crash (SIGKILL: InnoDB
+   * recovers at the next start). Resolves when the process is gone.
+   */
+  readonly halt: (mode: "fast" | "immediate") => Promise<void>
+  /** Starts it again on the same port and data; resolves when it accepts connections. */
+  readonly resume: () => Promise<void>
 }
 
 /** Installs `mariadb-server` from Debian when it is missing and we are root. */
@@ -52,7 +65,15 @@ const serverUser = (): { readonly name: string; readonly uid: number; readonly g
 export const startMariadb = async (options: { readonly timeoutMs?: number } = {}): Promise<RunningMariadb> => {
   const fromEnv = process.env.MYSQL_URL
   if (fromEnv !== undefined && fromEnv !== "") return { url: fromEnv, stop: async () => {} }
+  return startPrivateMariadb(options)
+}
+
+/** A private server in a temporary directory, always (`MYSQL_URL` is not used: the caller stops and starts it). */
+export const startPrivateMariadb = async (
+  options: { readonly timeoutMs?: number } = {}
+): Promise<ControlledMariadb> => {
   ensureInstalled()
+  const timeoutMs = options.timeoutMs ?? 60_000
   const port = await freePort()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-mariadb-${port}-`))
   const user = serverUser()
@@ -73,45 +94,63 @@ export const startMariadb = async (options: { readonly timeoutMs?: number } = {}
     remove()
     throw new Error(`mariadb-install-db failed in ${dataDir}`, { cause: error })
   }
-  const out = fs.openSync(log, "a")
-  const child: ChildProcess = spawn(serverBinary, [
-    "--no-defaults",
-    ...userArgs,
-    `--datadir=${dataDir}`,
-    `--port=${port}`,
-    "--bind-address=127.0.0.1",
-    `--socket=${path.join(dir, "mariadb.sock")}`,
-    `--pid-file=${path.join(dir, "mariadb.pid")}`,
-    "--skip-name-resolve",
-    "--skip-log-bin",
-    "--innodb-buffer-pool-size=64M"
-  ], { stdio: ["ignore", out, out] })
-  fs.closeSync(out)
-  let exited = false
-  const gone = new Promise<void>((resolve) => child.once("exit", () => resolve()))
-  void gone.then(() => {
-    exited = true
-  })
-  const stop = async () => {
-    if (!exited) {
-      child.kill("SIGTERM")
-      await gone
+  const url = `mysql://root@127.0.0.1:${port}`
+  let running: { readonly child: ChildProcess; readonly gone: Promise<void>; exited: boolean } | undefined
+
+  const launch = async () => {
+    const out = fs.openSync(log, "a")
+    const child = spawn(serverBinary, [
+      "--no-defaults",
+      ...userArgs,
+      `--datadir=${dataDir}`,
+      `--port=${port}`,
+      "--bind-address=127.0.0.1",
+      `--socket=${path.join(dir, "mariadb.sock")}`,
+      `--pid-file=${path.join(dir, "mariadb.pid")}`,
+      "--skip-name-resolve",
+      "--skip-log-bin",
+      "--innodb-buffer-pool-size=64M",
+      "--max-connections=300"
+    ], { stdio: ["ignore", out, out] })
+    fs.closeSync(out)
+    const current = {
+      child,
+      exited: false,
+      gone: new Promise<void>((resolve) => child.once("exit", () => resolve()))
     }
+    void current.gone.then(() => {
+      current.exited = true
+    })
+    running = current
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+      if (current.exited) {
+        const tail = fs.readFileSync(log, "utf8").split("\n").slice(-20).join("\n")
+        throw new Error(`mariadbd exited while starting:\n${tail}`)
+      }
+      if (await canConnect(url)) return
+      await sleep(100)
+    }
+    throw new Error(`mariadbd did not accept connections within ${timeoutMs} ms`)
+  }
+
+  const halt = async (mode: "fast" | "immediate") => {
+    const current = running
+    if (current === undefined || current.exited) return
+    current.child.kill(mode === "fast" ? "SIGTERM" : "SIGKILL")
+    await current.gone
+  }
+  const stop = async () => {
+    await halt("fast")
     remove()
   }
-  const url = `mysql://root@127.0.0.1:${port}`
-  const deadline = Date.now() + (options.timeoutMs ?? 60_000)
-  while (Date.now() < deadline) {
-    if (exited) {
-      const tail = fs.readFileSync(log, "utf8").split("\n").slice(-20).join("\n")
-      remove()
-      throw new Error(`mariadbd exited while starting:\n${tail}`)
-    }
-    if (await canConnect(url)) return { url, stop }
-    await sleep(100)
+  try {
+    await launch()
+  } catch (error) {
+    await stop()
+    throw error
   }
-  await stop()
-  throw new Error(`mariadbd did not accept connections within ${options.timeoutMs ?? 60_000} ms`)
+  return { url, dir, stop, halt, resume: launch }
 }
 
 /** Creates a fresh database on the server of `serverUrl` (named after `prefix`) and returns its URL. */
