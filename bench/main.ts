@@ -34,6 +34,7 @@ import {
 import * as Drain from "./drain.js"
 import * as Graphile from "./graphile.js"
 import * as Latency from "./latency.js"
+import * as Mariadb from "./mariadb.js"
 import * as Ours from "./ours.js"
 import * as PgBoss from "./pgboss.js"
 import * as Raw from "./raw.js"
@@ -82,6 +83,7 @@ interface Options {
   readonly sustainedHalfSeconds: number
   readonly sustainedMaxSeconds: number
   readonly sustainedWarmupSeconds: number
+  readonly mariadbPollMessages: number
 }
 
 const usage = `npm run bench -- [options]
@@ -90,7 +92,7 @@ const usage = `npm run bench -- [options]
   --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
-  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain,sustained (default: all)
+  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain,sustained,mariadb (default: all)
   --only IDS              contenders to run, by id (e.g. ours-500,raw; ordered: ours, pgboss, graphile, or with
                           an ordered- prefix; dispatch: ours, ours-keyed, ours-worker (a worker consuming
                           meanwhile), bare-insert (the baseline), graphile, graphile-keyed, pgboss,
@@ -129,6 +131,11 @@ const usage = `npm run bench -- [options]
                           sustained: the unthrottled run measuring the max rate (default 15; quick 2)
   --sustained-warmup S    sustained: each run's warm-up at its rate, fresh processes, not measured (default 10;
                           quick 1)
+  --mariadb-poll-messages N
+                          mariadb: latency messages measured with polling only (default 40; quick 3)
+
+The mariadb scenario starts its own MariaDB server (Debian's mariadb-server) for the MySQL transport's burn-down
+(--messages, --rounds, --batch-size) and latency (--latency-messages up to 500, --latency-gap).
 
 DATABASE_URL set: that server is used (a role that may create databases); otherwise an embedded
 PostgreSQL 15 is started in a temporary directory and removed at the end.`
@@ -176,7 +183,8 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     "sustained-seconds",
     "sustained-half-seconds",
     "sustained-max-seconds",
-    "sustained-warmup"
+    "sustained-warmup",
+    "mariadb-poll-messages"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -204,7 +212,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     json: flags.has("json"),
     noFsync: flags.has("no-fsync"),
     scenarios: list("scenarios") ??
-      new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery", "drain", "sustained"]),
+      new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery", "drain", "sustained", "mariadb"]),
     only: list("only"),
     rounds: Math.floor(num("rounds", 3, 1)),
     messages: Math.floor(num("messages", 50_000, 500)),
@@ -232,7 +240,8 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     sustainedSeconds: num("sustained-seconds", 300, 3),
     sustainedHalfSeconds: num("sustained-half-seconds", 120, 3),
     sustainedMaxSeconds: num("sustained-max-seconds", 15, 2),
-    sustainedWarmupSeconds: num("sustained-warmup", 10, 1)
+    sustainedWarmupSeconds: num("sustained-warmup", 10, 1),
+    mariadbPollMessages: Math.max(1, Math.floor(num("mariadb-poll-messages", 40, 3)))
   }
 }
 
@@ -1215,6 +1224,18 @@ const main = async () => {
         intervalSeconds: o.quick ? 1 : 10
       }, log)
       : undefined
+    const mariadb = o.scenarios.has("mariadb") && selected(o, "mariadb", "ours")
+      ? await Mariadb.run(cluster.adminUrl, {
+        messages: o.messages,
+        rounds: o.rounds,
+        batchSize: o.batchSize,
+        capSeconds: o.capSeconds,
+        latencyMessages: Math.min(500, o.latencyMessages),
+        pollMessages: o.mariadbPollMessages,
+        latencyWarmup: Math.min(100, o.latencyWarmup),
+        gapMs: o.latencyGapMs
+      }, log)
+      : undefined
     const ts = [
       ...targets(burnDown, ordered, dispatch, memory, latency, delayed, recovery, o),
       ...(drain ? Drain.targets(drain) : []),
@@ -1353,6 +1374,7 @@ const main = async () => {
     }
     if (drain) sections.push(Drain.section(drain))
     if (sustained) sections.push(SustainedReport.section(sustained, o.write ? "bench/sustained.svg" : undefined))
+    if (mariadb) sections.push(Mariadb.section(mariadb))
     sections.push(`### Targets\n\n${targetsTable(ts)}`)
 
     const printed = sections.join("\n\n")
@@ -1421,6 +1443,7 @@ const main = async () => {
             recovery,
             drain,
             sustained,
+            mariadb,
             targets: ts
           })
         }`

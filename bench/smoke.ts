@@ -62,6 +62,11 @@ interface BenchJson {
     readonly max: SustainedPhase
     readonly phases: ReadonlyArray<SustainedPhase>
   }
+  readonly mariadb: {
+    readonly ours: { readonly median: number }
+    readonly raw: { readonly median: number }
+    readonly latency: ReadonlyArray<{ readonly label: string; readonly ms: Percentiles }>
+  }
   readonly targets: ReadonlyArray<{ readonly name: string }>
 }
 
@@ -234,6 +239,13 @@ const checkResult = (result: BenchJson, stdout: string) => {
     check(p.ticks.length > 1 && p.ticks.every((t) => t.tableBytes > 0), `${what}: table sizes not read`)
   }
 
+  // MariaDB: both burn-downs ran, and every latency row has samples.
+  check(result.mariadb.ours.median > 0 && result.mariadb.raw.median > 0, "mariadb: a burn-down rate is not > 0")
+  check(result.mariadb.latency.length === 3, `mariadb: ${result.mariadb.latency.length} latency rows, expected 3`)
+  for (const l of result.mariadb.latency) {
+    check(l.ms.count > 0 && l.ms.p50 <= l.ms.max, `mariadb latency ${l.label}: ${JSON.stringify(l.ms)}`)
+  }
+
   // 12, 3 of the ordering keys over 1 000 keys (against ours without keys, pg-boss and graphile-worker), 3 of the
   // dispatch (against a bare INSERT, graphile-worker and pg-boss), 3 of the drain and 2 of the sustained load.
   check(result.targets.length === 23, `targets: ${result.targets.length}, expected 23`)
@@ -254,6 +266,7 @@ const checkResult = (result: BenchJson, stdout: string) => {
       "### Recovery",
       "### Drain",
       "### Sustained load",
+      "### MariaDB",
       "### Targets"
     ]
   ) {
