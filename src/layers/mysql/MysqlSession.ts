@@ -21,7 +21,7 @@ import { compareIds } from "../../internal/compareIds.js"
 import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
 import type { LocalWakeups } from "../internal/localWakeups.js"
-import { claimTexts, dateOf, idValues, type StoredRow } from "./sql/transport.js"
+import { claimTexts, dateOf, idValues, maxDeliveryCount, type StoredRow } from "./sql/transport.js"
 
 /** What the session needs of its transport. @internal */
 export interface Resolved {
@@ -161,8 +161,8 @@ const toReceived = (name: string) => (row: StoredRow): ReceivedMessage => ({
   headers: row.headers,
   createdAt: dateOf(row.created_us),
   availableAt: dateOf(row.available_us),
-  // As counted by the lease the claim wrote.
-  deliveries: Number(row.delivery_count) + 1
+  // As counted by the lease the claim wrote (which stops at the column's limit).
+  deliveries: Math.min(Number(row.delivery_count) + 1, maxDeliveryCount)
 })
 
 const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {

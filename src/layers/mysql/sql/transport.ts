@@ -38,6 +38,9 @@ export interface StatsRow {
   readonly oldest_us: number | string | null
 }
 
+/** The largest `delivery_count` (an `INT`). @internal */
+export const maxDeliveryCount = 2_147_483_647
+
 /** The largest time a `Date` holds, in milliseconds. */
 const maxDateMs = 8.64e15
 
@@ -97,7 +100,9 @@ export const claimTexts = (table: string) => {
         : `${begin} ${select(limit)}`,
     /** `ids`. */
     lease: (commit: boolean) =>
-      `UPDATE ${t} SET delivered_at = UTC_TIMESTAMP(6), delivery_count = delivery_count + 1
+      // The count stops at the column's limit (a value written by hand): the claim never fails on it.
+      `UPDATE ${t} SET delivered_at = UTC_TIMESTAMP(6),
+        delivery_count = delivery_count + (delivery_count < ${maxDeliveryCount})
       WHERE id IN (?);${commit ? " COMMIT;" : ""}`,
     /**
      * `queue, queue, leaseUs`: microseconds until the next delayed message is due and until the oldest lease of a
