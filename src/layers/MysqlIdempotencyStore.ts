@@ -11,7 +11,6 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { type OutboxConfigError, TransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
-import { mapConfigError } from "../internal/configError.js"
 import { IdempotencyStore, type IdempotencyStoreShape } from "../services/IdempotencyStore.js"
 import { validateRetention } from "./internal/purge.js"
 import * as SqlIdempotencyStore from "./internal/sqlIdempotencyStore.js"
@@ -143,7 +142,4 @@ export const layer = (
 export const layerConfig = (
   options: Options = {}
 ): Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
-  Layer.effect(
-    IdempotencyStore,
-    Effect.flatMap(mapConfigError(config), (configured) => make({ ...options, ...configured }))
-  )
+  SqlIdempotencyStore.layerConfig(make, config, options)

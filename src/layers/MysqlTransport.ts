@@ -9,7 +9,6 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Config from "effect/Config"
-import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -19,12 +18,16 @@ import { type OutboxConfigError, TransportError, type UnknownTransportError } fr
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
 import { mapConfigError } from "../internal/configError.js"
-import { headerFilter } from "../internal/listFilter.js"
 import { rowCapabilities, unknownTransport } from "../internal/transports.js"
 import { Transport, type TransportShape } from "../services/Transport.js"
-import { TransportAdmin, type TransportAdminShape, type TransportBackend } from "../services/TransportAdmin.js"
+import {
+  backendLayer,
+  type TransportAdmin,
+  type TransportAdminShape,
+  type TransportBackend
+} from "../services/TransportAdmin.js"
 import * as LocalWakeups from "./internal/localWakeups.js"
-import { type ResolvedTransport, resolveTransports } from "./internal/tableTransports.js"
+import { isRowId, listRows, type ResolvedTransport, resolveTransports } from "./internal/tableTransports.js"
 import { isStorageUnusable, missingTable, storageNotReady, transportError } from "./mysql/errors.js"
 import { runMigrations } from "./mysql/migrate.js"
 import * as MysqlSession from "./mysql/MysqlSession.js"
@@ -63,9 +66,6 @@ export interface Options {
  * @category constants
  */
 export const defaultTable = "messenger_messages"
-
-/** Transport ids are positive bigints: anything else (a longer number too) names no row. */
-const isRowId = (id: string): boolean => /^\d{1,19}$/.test(id) && (id.length < 19 || id <= "9223372036854775807")
 
 const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessage => ({
   id: row.id,
@@ -199,29 +199,12 @@ export const make = (
     }
 
     const list: TransportAdminShape["list"] = (name, options) =>
-      Effect.gen(function*() {
-        const { queueName } = yield* lookup(name)
-        const limit = Math.max(0, Math.floor(options.max))
-        // Keyset paging on the primary key. An `after` that is no row id lists nothing.
-        if (options.after !== undefined && !isRowId(options.after)) return []
-        let after = options.after ?? "0"
-        const matches = headerFilter(options)
-        if (matches === undefined) {
-          if (limit === 0) return []
-          return (yield* statements.listPage(queueName, after, limit).pipe(wrap(name, "list"))).map(toStored(name))
-        }
-        // Headers are text that may be corrupt, so the filters are matched here, page by page, not in SQL.
-        const found: Array<StoredMessage> = []
-        while (found.length < limit) {
-          const page = yield* statements.listPage(queueName, after, 1000).pipe(wrap(name, "list"))
-          for (const row of page) {
-            if (found.length < limit && matches(row.headers)) found.push(toStored(name)(row))
-          }
-          if (page.length < 1000) break
-          after = page[page.length - 1]!.id
-        }
-        return found
-      })
+      Effect.flatMap(lookup(name), ({ queueName }) =>
+        listRows(
+          options,
+          (after, size) => statements.listPage(queueName, after, size).pipe(wrap(name, "list")),
+          toStored(name)
+        ))
 
     const admin: TransportAdminShape = {
       setup,
@@ -285,9 +268,7 @@ export const make = (
 export const layer = (
   options: Options = {}
 ): Layer.Layer<Transport | TransportAdmin, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
-  Layer.effectContext(
-    Effect.map(make(options), (backend) => Context.make(Transport, backend).pipe(Context.add(TransportAdmin, backend)))
-  )
+  backendLayer(make(options))
 
 /**
  * `make` with its options read from `Config` (each field a `Config`).
@@ -309,12 +290,7 @@ export const makeConfig = (
 export const layerConfig = (
   config: Config.Config.Wrap<Options>
 ): Layer.Layer<Transport | TransportAdmin, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
-  Layer.effectContext(
-    Effect.map(
-      makeConfig(config),
-      (backend) => Context.make(Transport, backend).pipe(Context.add(TransportAdmin, backend))
-    )
-  )
+  backendLayer(makeConfig(config))
 
 /**
  * At most this many queues are read back by `queueNames`.

@@ -14,7 +14,6 @@ import * as Option from "effect/Option"
 import { type OutboxConfigError, TransportError } from "../domain/Errors.js"
 import * as Identifier from "../domain/Identifier.js"
 import { optionalFields } from "../internal/config.js"
-import { mapConfigError } from "../internal/configError.js"
 import { IdempotencyStore, type IdempotencyStoreShape } from "../services/IdempotencyStore.js"
 import { runMigrations } from "./internal/migrate.js"
 import { validateRetention } from "./internal/purge.js"
@@ -155,10 +154,7 @@ export const config: Config.Config<Pick<Options, "table" | "retention" | "messag
 export const layerConfig = (
   options: Options = {}
 ): Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError, SqlClient.SqlClient> =>
-  Layer.effect(
-    IdempotencyStore,
-    Effect.flatMap(mapConfigError(config), (configured) => make({ ...options, ...configured }))
-  )
+  SqlIdempotencyStore.layerConfig(make, config, options)
 
 /**
  * The relation named by an `undefined_table` error (SQLSTATE 42P01), as PostgreSQL spells it in the

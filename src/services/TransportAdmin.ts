@@ -5,12 +5,13 @@
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
-import type * as Effect from "effect/Effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import type * as Option from "effect/Option"
 import type { StoredMessage, TransportStats } from "../domain/Envelope.js"
 import type { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import type * as Headers from "../domain/Headers.js"
-import type { TransportShape } from "./Transport.js"
+import { Transport, type TransportShape } from "./Transport.js"
 
 /**
  * What `list` returns: at most `max` messages, by id, after the id `after` (exclusive) when given. Each filter given
@@ -88,3 +89,16 @@ export class TransportAdmin
  * @category models
  */
 export interface TransportBackend extends TransportShape, TransportAdminShape {}
+
+/**
+ * A backend, as `make` builds it, provided as both `Transport` and `TransportAdmin`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const backendLayer = <E, R>(
+  make: Effect.Effect<TransportBackend, E, R>
+): Layer.Layer<Transport | TransportAdmin, E, R> =>
+  Layer.effectContext(
+    Effect.map(make, (backend) => Context.make(Transport, backend).pipe(Context.add(TransportAdmin, backend)))
+  )

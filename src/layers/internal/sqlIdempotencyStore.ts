@@ -9,14 +9,17 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Cause from "effect/Cause"
+import type * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import { StorageNotReadyError, TransportError } from "../../domain/Errors.js"
+import { type OutboxConfigError, StorageNotReadyError, TransportError } from "../../domain/Errors.js"
 import * as IdempotencyKey from "../../domain/IdempotencyKey.js"
+import { mapConfigError } from "../../internal/configError.js"
 import { describeError } from "../../internal/describeError.js"
-import type { IdempotencyStoreShape, StoreError } from "../../services/IdempotencyStore.js"
+import { IdempotencyStore, type IdempotencyStoreShape, type StoreError } from "../../services/IdempotencyStore.js"
 import { purgeLoop, type ResolvedPurgeOptions, resolvePurgeOptions } from "./purge.js"
 
 /**
@@ -203,3 +206,19 @@ export const make = (
 
   return { retention, setup: dialect.setup, runOnce, isProcessed, purge, purgeExclusive }
 }
+
+/**
+ * A SQL store's layer with its options read from configuration (`config`), `options` giving the rest and the values
+ * configuration does not set.
+ *
+ * @internal
+ */
+export const layerConfig = <O extends object, E, R>(
+  make: (options: O) => Effect.Effect<IdempotencyStoreShape, E, R>,
+  config: Config.Config<Partial<O>>,
+  options: O
+): Layer.Layer<IdempotencyStore, E | OutboxConfigError, R> =>
+  Layer.effect(
+    IdempotencyStore,
+    Effect.flatMap(mapConfigError(config), (configured) => make({ ...options, ...configured }))
+  )

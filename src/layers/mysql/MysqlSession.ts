@@ -17,9 +17,9 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type { ReceivedMessage } from "../../domain/Envelope.js"
 import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../domain/Errors.js"
-import { compareIds } from "../../internal/compareIds.js"
 import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
+import { byAvailability, untilDue } from "../internal/claimed.js"
 import type { LocalWakeups } from "../internal/localWakeups.js"
 import { claimTexts, dateOf, idValues, maxDeliveryCount, type StoredRow } from "./sql/transport.js"
 
@@ -98,7 +98,7 @@ export const open = (options: SessionOptions) =>
         const [row] = (ownTransaction ? due[0] : due) as ReadonlyArray<
           { readonly delayed_us: number | string | null; readonly lease_us: number | string | null }
         >
-        return { rows, messages: [], nextDue: untilDue(sentAt, row?.delayed_us ?? null, row?.lease_us ?? null) }
+        return { rows, messages: [], nextDue: nextDue(sentAt, row?.delayed_us ?? null, row?.lease_us ?? null) }
       })
 
     /** Its own transaction on a pooled connection, rolled back on any failure (the connection goes back clean). */
@@ -165,22 +165,15 @@ const toReceived = (name: string) => (row: StoredRow): ReceivedMessage => ({
   deliveries: Math.min(Number(row.delivery_count) + 1, maxDeliveryCount)
 })
 
-const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {
-  const d = a.availableAt.getTime() - b.availableAt.getTime()
-  return d !== 0 ? d : compareIds(a.id, b.id)
-}
-
 /**
- * When to claim again, from the server's answer (microseconds until the next delayed message, until the oldest
- * lease runs out), counted from the statement's send as PostgreSQL's session does; `None` when nothing waits.
+ * When to claim again, from the server's answer: microseconds until the next delayed message is due and until the
+ * oldest lease runs out (`null`: none of either).
  */
-const untilDue = (
+const nextDue = (
   sentAt: number,
   delayedUs: number | string | null,
   leaseUs: number | string | null
 ): Option.Option<Duration.Duration> => {
   const candidates = [delayedUs, leaseUs].filter((us) => us !== null).map((us) => Math.max(0, Number(us) / 1000))
-  if (candidates.length === 0) return Option.none()
-  const left = Math.max(0, sentAt + Math.min(...candidates) - performance.now())
-  return Option.some(Duration.millis(left > 20 ? Math.floor(left * 0.95) - 10 : Math.ceil(left) + 1))
+  return untilDue(sentAt, candidates.length === 0 ? null : Math.min(...candidates))
 }

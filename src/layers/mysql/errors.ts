@@ -5,8 +5,8 @@
  * @internal
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { StorageNotReadyError, TransportError } from "../../domain/Errors.js"
-import { describeError } from "../../internal/describeError.js"
+import type { StorageNotReadyError } from "../../domain/Errors.js"
+import { storageNotReady as notReady } from "../internal/storageErrors.js"
 
 /** `ER_NO_SUCH_TABLE`. */
 const noSuchTable = 1146
@@ -41,15 +41,9 @@ export const isStorageUnusable = (error: SqlError): boolean => {
 
 /** The error of a table that is missing or not granted, with what to do about it. @internal */
 export const storageNotReady = (table: string, error: SqlError): StorageNotReadyError =>
-  new StorageNotReadyError({
-    storage: table,
-    message: denied.has(errnoOf(error) ?? 0)
-      ? `The outbox table ${table} is not usable by this user (${describeError(error)}): grant what the README's ` +
-        `"MySQL and MariaDB" section lists for a worker or a producer`
-      : `The outbox table ${table} is not set up (${describeError(error)}): run \`outbox setup-transports\` ` +
-        `(or TransportAdmin.setup) once before starting producers and workers`
-  })
+  notReady(table, error, { denied: denied.has(errnoOf(error) ?? 0), grantsSection: "MySQL and MariaDB" })
 
-/** @internal */
-export const transportError = (transport: string, operation: string, error: SqlError): TransportError =>
-  new TransportError({ transport, operation, message: describeError(error), cause: error })
+export {
+  /** @internal */
+  transportError
+} from "../internal/storageErrors.js"

@@ -16,9 +16,9 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type { ReceivedMessage } from "../../domain/Envelope.js"
 import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../domain/Errors.js"
-import { compareIds } from "../../internal/compareIds.js"
 import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
+import { byAvailability, untilDue } from "../internal/claimed.js"
 import * as HeldConnection from "../internal/heldConnection.js"
 import * as PgWaiting from "./PgWaiting.js"
 import type * as PgWakeups from "./PgWakeups.js"
@@ -256,21 +256,3 @@ const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
   deliveries: row.delivery_count,
   ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key })
 })
-
-const byAvailability = (a: ReceivedMessage, b: ReceivedMessage): number => {
-  const d = a.availableAt.getTime() - b.availableAt.getTime()
-  return d !== 0 ? d : compareIds(a.id, b.id)
-}
-
-/**
- * When to claim again for a message due in `ms` (as the server counted when the statement started). Counted from
- * the statement's send, not its answer: an answer can take milliseconds to arrive on a machine woken from an idle,
- * and counting from its arrival would wake the worker late. A long wait ends early — long timers fire late and the
- * first statement after an idle answers slowly — so the claim then finds nothing yet and says how long is left, and
- * a short second wait ends at the due time.
- */
-const untilDue = (sentAt: number, ms: number | null): Option.Option<Duration.Duration> => {
-  if (ms === null) return Option.none()
-  const left = Math.max(0, sentAt + ms - performance.now())
-  return Option.some(Duration.millis(left > 20 ? Math.floor(left * 0.95) - 10 : Math.ceil(left) + 1))
-}

@@ -5,8 +5,8 @@
  * @internal
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { StorageNotReadyError, TransportError } from "../../domain/Errors.js"
-import { describeError } from "../../internal/describeError.js"
+import type { StorageNotReadyError } from "../../domain/Errors.js"
+import { storageNotReady as notReady } from "../internal/storageErrors.js"
 
 /** SQLSTATEs of a missing table (42P01) or function (42883). */
 const missing = new Set(["42P01", "42883"])
@@ -27,15 +27,9 @@ export const isStorageUnusable = (error: SqlError): boolean => {
 
 /** The error of a table that is missing or not granted, with what to do about it. @internal */
 export const storageNotReady = (table: string, error: SqlError): StorageNotReadyError =>
-  new StorageNotReadyError({
-    storage: table,
-    message: codeOf(error) === denied
-      ? `The outbox table ${table} is not usable by this role (${describeError(error)}): grant what the README's ` +
-        `"Least privilege" section lists for a worker or a producer`
-      : `The outbox table ${table} is not set up (${describeError(error)}): run \`outbox setup-transports\` ` +
-        `(or TransportAdmin.setup) once before starting producers and workers`
-  })
+  notReady(table, error, { denied: codeOf(error) === denied, grantsSection: "Least privilege" })
 
-/** @internal */
-export const transportError = (transport: string, operation: string, error: SqlError): TransportError =>
-  new TransportError({ transport, operation, message: describeError(error), cause: error })
+export {
+  /** @internal */
+  transportError
+} from "../internal/storageErrors.js"

@@ -20,7 +20,7 @@ import * as AmqpTransport from "../../layers/amqp/AmqpTransport.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as TransportRouter from "../../layers/TransportRouter.js"
 import { Transport, type TransportShape } from "../../services/Transport.js"
-import { TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
+import { backendLayer, TransportAdmin } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
 import { CliDialect, type Dialect, fromUrl } from "./dialects.js"
 import { CliError, fail, type Target } from "./options.js"
@@ -252,12 +252,6 @@ const dialectOf = (url: Redacted.Redacted): Effect.Effect<Dialect, CliError> => 
 
 const isCliError = (error: unknown): error is CliError =>
   typeof error === "object" && error !== null && (error as { _tag?: unknown })._tag === "OutboxCliError"
-
-/** A backend as the `Transport` and `TransportAdmin` layer. */
-const backendLayer = <E, R>(backend: Effect.Effect<TransportBackend, E, R>) =>
-  Layer.effectContext(
-    Effect.map(backend, (b) => Context.make(Transport, b).pipe(Context.add(TransportAdmin, b)))
-  )
 
 /** @internal */
 export type Environment = ReturnType<typeof make>
