@@ -68,9 +68,12 @@ export const startMariadb = async (options: { readonly timeoutMs?: number } = {}
   return startPrivateMariadb(options)
 }
 
-/** A private server in a temporary directory, always (`MYSQL_URL` is not used: the caller stops and starts it). */
+/**
+ * A private server in a temporary directory, always (`MYSQL_URL` is not used: the caller stops and starts it).
+ * `serverArgs` replace the default `--skip-log-bin` (a test of the binary log's formats passes its own).
+ */
 export const startPrivateMariadb = async (
-  options: { readonly timeoutMs?: number } = {}
+  options: { readonly timeoutMs?: number; readonly serverArgs?: ReadonlyArray<string> } = {}
 ): Promise<ControlledMariadb> => {
   ensureInstalled()
   const timeoutMs = options.timeoutMs ?? 60_000
@@ -108,7 +111,7 @@ export const startPrivateMariadb = async (
       `--socket=${path.join(dir, "mariadb.sock")}`,
       `--pid-file=${path.join(dir, "mariadb.pid")}`,
       "--skip-name-resolve",
-      "--skip-log-bin",
+      ...(options.serverArgs ?? ["--skip-log-bin"]),
       "--innodb-buffer-pool-size=64M",
       "--max-connections=300"
     ], { stdio: ["ignore", out, out] })

@@ -5,7 +5,7 @@
  * @internal
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import type { StorageNotReadyError } from "../../domain/Errors.js"
+import { StorageNotReadyError } from "../../domain/Errors.js"
 import { storageNotReady as notReady } from "../internal/storageErrors.js"
 
 /** `ER_NO_SUCH_TABLE`. */
@@ -13,6 +13,12 @@ const noSuchTable = 1146
 
 /** Privileges the user lacks: on a table, a column, a routine, a database. */
 const denied = new Set([1142, 1143, 1370, 1044])
+
+/**
+ * `ER_BINLOG_STMT_MODE_AND_ROW_ENGINE`: the binary log is in STATEMENT format, in which InnoDB cannot log the
+ * claim's READ COMMITTED writes. A setting of the server, not an outage: retrying cannot help.
+ */
+const statementBinlog = 1665
 
 /** The server's error number of a failure (`mysql2`'s `errno`). @internal */
 export const errnoOf = (error: SqlError): number | undefined => {
@@ -36,12 +42,19 @@ export const isTableNamed = (named: string, table: string): boolean => named ===
 /** Whether the storage cannot be used as it is: missing, or not granted. Neither is retried. @internal */
 export const isStorageUnusable = (error: SqlError): boolean => {
   const errno = errnoOf(error)
-  return errno !== undefined && (errno === noSuchTable || denied.has(errno))
+  return errno !== undefined && (errno === noSuchTable || errno === statementBinlog || denied.has(errno))
 }
 
 /** The error of a table that is missing or not granted, with what to do about it. @internal */
 export const storageNotReady = (table: string, error: SqlError): StorageNotReadyError =>
-  notReady(table, error, { denied: denied.has(errnoOf(error) ?? 0), grantsSection: "MySQL and MariaDB" })
+  errnoOf(error) === statementBinlog
+    ? new StorageNotReadyError({
+      storage: table,
+      message: `The outbox table ${table} cannot be claimed on this server: its binary log is in STATEMENT format, ` +
+        "in which InnoDB cannot log the claim's READ COMMITTED writes; set binlog_format to ROW (or MIXED) — see the " +
+        `README's "MySQL and MariaDB" section`
+    })
+    : notReady(table, error, { denied: denied.has(errnoOf(error) ?? 0), grantsSection: "MySQL and MariaDB" })
 
 export {
   /** @internal */
