@@ -14,7 +14,7 @@ import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
 import { claimNow, uniqueTable } from "./support/harness.js"
-import { OrderPaid } from "./support/messages.js"
+import { numbers, OrderPaid, outgoing } from "./support/messages.js"
 import { createTestMysqlDatabase, mysqlLayer, mysqlOutboxStack } from "./support/mysql.js"
 
 let url = ""
@@ -139,6 +139,31 @@ describe("outbox on MariaDB", () => {
           ]
         })))
       )
+    })))
+
+  it.live("a claim inside the caller's transaction joins it: its lease and acks commit or roll back with it", () =>
+    withMysql(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable()
+      const transport = yield* MysqlTransport.make({ table, autoSetup: true })
+      yield* transport.send("outbox", [outgoing(1), outgoing(2)])
+      const inTransaction = (acks: ReadonlyArray<string>) =>
+        sql.withTransaction(
+          Effect.scoped(Effect.flatMap(transport.open(["outbox"]), (session) => session.claim("outbox", 1, acks)))
+        )
+      // Rolled back: the lease goes with it, and the message is claimable again.
+      const rolledBack = yield* Effect.flip(
+        sql.withTransaction(Effect.zipRight(inTransaction([]), Effect.fail("undo" as const)))
+      )
+      expect(rolledBack).toBe("undo")
+      const [first] = (yield* inTransaction([])).messages
+      expect(numbers([first!])).toEqual([1])
+      // Committed: the lease holds; the ack of the first rides on the claim of the second.
+      const claimed = yield* inTransaction([first!.id])
+      expect(numbers(claimed.messages)).toEqual([2])
+      const empty = yield* inTransaction([claimed.messages[0]!.id])
+      expect(empty.messages).toEqual([])
+      expect(yield* rows(table)).toEqual([])
     })))
 
   it.live("the claim reads the claim index in its order: no sort, so it locks only the rows it takes", () =>
