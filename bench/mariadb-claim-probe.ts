@@ -73,7 +73,7 @@ END`
         if (rows.length === 0) break
       } else {
         const [results] = await c.query(
-          texts.lock(B, acks.length > 0),
+          texts.lock(B, acks.length > 0, true).text,
           acks.length > 0 ? ["outbox", acks, "outbox", 30_000_000] : ["outbox", 30_000_000]
         )
         rows = (results as Array<unknown>).at(-1) as Array<{ id: string }>

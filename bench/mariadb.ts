@@ -134,7 +134,7 @@ const burnRaw = async (url: string, batchSize: number, capMs: number) => {
     while (performance.now() < deadline) {
       const withAcks = acks.length > 0
       const [results] = await connection.query(
-        texts.lock(batchSize, withAcks),
+        texts.lock(batchSize, withAcks, true).text,
         withAcks ? [queue, acks, queue, leaseUs] : [queue, leaseUs]
       )
       const rows = (results as Array<unknown>).at(-1) as Array<{ id: string }>

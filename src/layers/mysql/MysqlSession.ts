@@ -21,19 +21,14 @@ import { checkKnown, unknownTransport } from "../../internal/transports.js"
 import type { Claimed, Session } from "../../services/Transport.js"
 import { byAvailability, untilDue } from "../internal/claimed.js"
 import type { LocalWakeups } from "../internal/localWakeups.js"
+import type { ResolvedTransport } from "../internal/tableTransports.js"
 import { claimTexts, dateOf, idValues, maxDeliveryCount, type StoredRow } from "./sql/transport.js"
-
-/** What the session needs of its transport. @internal */
-export interface Resolved {
-  readonly queueName: string
-  readonly redeliverTimeoutMs: number
-}
 
 /** @internal */
 export interface SessionOptions {
   readonly sql: SqlClient.SqlClient
   readonly table: string
-  readonly transports: ReadonlyMap<string, Resolved>
+  readonly transports: ReadonlyMap<string, ResolvedTransport>
   readonly wakeups: LocalWakeups
   readonly toError: (transport: string, operation: string, error: SqlError) => TransportError | StorageNotReadyError
 }
@@ -79,12 +74,11 @@ export const open = (options: SessionOptions) =>
       Effect.gen(function*() {
         const leaseUs = Math.round(leaseMs * 1000)
         const withAcks = acks.length > 0
-        const lock = ownTransaction ? texts.lock(batch, withAcks) : texts.inTransaction.lock(batch, withAcks)
+        const lock = texts.lock(batch, withAcks, ownTransaction)
         const params = withAcks ? [queue, idValues(acks), queue, leaseUs] : [queue, leaseUs]
         const sentAt = performance.now()
-        const results = yield* connection.executeUnprepared(lock, params, undefined)
-        const statements = (ownTransaction ? 3 : 1) + (withAcks ? 1 : 0)
-        const rows = lastResult(results, statements) as ReadonlyArray<StoredRow>
+        const results = yield* connection.executeUnprepared(lock.text, params, undefined)
+        const rows = lastResult(results, lock.statements) as ReadonlyArray<StoredRow>
         if (rows.length > 0) {
           const leased = [idValues(rows.map((row) => row.id))]
           yield* connection.executeUnprepared(texts.lease(ownTransaction), leased, undefined)

@@ -93,12 +93,18 @@ export const claimTexts = (table: string) => {
         AND (delivered_at IS NULL OR delivered_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
       ORDER BY ${t}.available_at, ${t}.delivered_at, ${t}.id LIMIT ${limit} FOR UPDATE SKIP LOCKED;`
   return {
-    /** `queue, leaseUs` (and `queue, ids` first with acks); the last result is the locked rows. */
-    lock: (limit: number, withAcks: boolean) =>
-      withAcks
-        ? `${begin} DELETE FROM ${t} WHERE queue_name = ? AND id IN (?); ${select(limit)}`
-        : `${begin} ${select(limit)}`,
-    /** `ids`. */
+    /**
+     * `queue, leaseUs` (and `queue, ids` first with acks), begun as a transaction of its own (`own`) or in the
+     * caller's; the last of its `statements` results is the locked rows.
+     */
+    lock: (limit: number, withAcks: boolean, own: boolean) => {
+      const acks = withAcks ? `DELETE FROM ${t} WHERE queue_name = ? AND id IN (?); ` : ""
+      return {
+        text: `${own ? `${begin} ` : ""}${acks}${select(limit)}`,
+        statements: (own ? 2 : 0) + (withAcks ? 1 : 0) + 1
+      }
+    },
+    /** `ids`; committed when the claim is its own transaction. */
     lease: (commit: boolean) =>
       // The count stops at the column's limit (a value written by hand): the claim never fails on it.
       `UPDATE ${t} SET delivered_at = UTC_TIMESTAMP(6),
@@ -114,28 +120,41 @@ export const claimTexts = (table: string) => {
           (SELECT MIN(available_at) FROM ${t} WHERE queue_name = ? AND available_at > UTC_TIMESTAMP(6))) AS delayed_us,
         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),
           (SELECT MIN(delivered_at) FROM ${t} WHERE queue_name = ? AND available_at <= UTC_TIMESTAMP(6)
-            AND delivered_at IS NOT NULL)) + ? AS lease_us;${commit ? " COMMIT;" : ""}`,
-    /** Inside a caller's transaction the claim joins it: the same statements without BEGIN and COMMIT. */
-    inTransaction: {
-      lock: (limit: number, withAcks: boolean) =>
-        withAcks ? `DELETE FROM ${t} WHERE queue_name = ? AND id IN (?); ${select(limit)}` : select(limit)
-    }
+            AND delivered_at IS NOT NULL)) + ? AS lease_us;${commit ? " COMMIT;" : ""}`
   }
+}
+
+/**
+ * Ids for `IN (…)`, their count padded to the next power of two by repeating the last (the same rows match). The
+ * driver keeps a server-side prepared statement per distinct text on each connection, and the server caps them for
+ * all its clients: a list of every length would leave one per length behind.
+ */
+const paddedIds = (ids: ReadonlyArray<string>): Array<number | string> => {
+  const values = idValues(ids)
+  const length = 2 ** Math.ceil(Math.log2(Math.max(1, values.length)))
+  while (values.length < length) values.push(values[values.length - 1]!)
+  return values
 }
 
 /** The statements of one table. @internal */
 export const make = (sql: SqlClient.SqlClient, table: string) => {
   const t = sql(table)
   const cols = sql.literal(columns)
-  const ids = (values: ReadonlyArray<string>) => sql.in(idValues(values))
+  const ids = (values: ReadonlyArray<string>) => sql.in(paddedIds(values))
   return {
-    insert: (queue: string, messages: ReadonlyArray<Insert>) =>
-      sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at) VALUES ${
+    /**
+     * One message through a prepared statement; more as text (the driver escapes the values): a prepared statement
+     * per batch size would stay behind on the connection (see `paddedIds`).
+     */
+    insert: (queue: string, messages: ReadonlyArray<Insert>) => {
+      const statement = sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at) VALUES ${
         sql.csv(messages.map((m) =>
           sql`(${m.messageId}, ${m.body}, ${m.headers}, ${queue}, UTC_TIMESTAMP(6),
             UTC_TIMESTAMP(6) + INTERVAL ${micros(m.delayMs)} MICROSECOND)`
         ))
-      }`,
+      }`
+      return messages.length === 1 ? statement.withoutTransform : statement.unprepared
+    },
     ack: (queue: string, values: ReadonlyArray<string>) =>
       sql`DELETE FROM ${t} WHERE queue_name = ${queue} AND id IN ${ids(values)}`,
     retry: (queue: string, id: string, delayMs: number, headers: string) =>
