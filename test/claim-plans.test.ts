@@ -119,17 +119,26 @@ const awaitOlderSnapshotsGone = async (client: pg.Client) => {
  * whole index per row found, is more).
  */
 const expectCheapClaims = async (client: pg.Client, table: string) => {
-  await awaitOlderSnapshotsGone(client)
-  const first = await claim(client, table, 5, [])
-  expect(first.ids).toHaveLength(5)
-  const second = await claim(client, table, 5, first.ids)
-  expect(second.ids).toHaveLength(5)
-  if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
-  const lookup = second.plans.find((p) => p.includes("ORDER BY ready.available_at, ready.id"))
-  expect(lookup).toBeDefined()
-  expect(lookup).not.toContain("Bitmap Heap Scan")
-  const buffers = second.plans.reduce((sum, p) => sum + buffersOf(p), 0)
-  expect(buffers).toBeLessThan((await heapPages(client, table)) / 2)
+  const bound = (await heapPages(client, table)) / 2
+  let acks: ReadonlyArray<string> = []
+  let buffers = Number.POSITIVE_INFINITY
+  // Once in a few CI runs (PostgreSQL 17) a first claim left the entries unmarked — a snapshot the wait did not see —
+  // and the second read them all again: the pair runs once more then (it needs 20 live rows), and the second claim of
+  // the last pair must be cheap. A plan that reads the heap per deleted row fails both.
+  for (let attempt = 0; attempt < 2 && !(buffers < bound); attempt++) {
+    await awaitOlderSnapshotsGone(client)
+    const first = await claim(client, table, 5, acks)
+    expect(first.ids).toHaveLength(5)
+    const second = await claim(client, table, 5, first.ids)
+    expect(second.ids).toHaveLength(5)
+    if (process.env.SHOW_PLANS === "1") console.log(second.plans.join("\n"))
+    const lookup = second.plans.find((p) => p.includes("ORDER BY ready.available_at, ready.id"))
+    expect(lookup).toBeDefined()
+    expect(lookup).not.toContain("Bitmap Heap Scan")
+    buffers = second.plans.reduce((sum, p) => sum + buffersOf(p), 0)
+    acks = second.ids
+  }
+  expect(buffers).toBeLessThan(bound)
 }
 
 /** A session's second claim of `size` (acking the first's rows), which must lease `size` rows. */
@@ -177,7 +186,7 @@ describe("the claim's plans", () => {
       onFreshTable("plans_stats", async (client, table) => {
         await send(client, table, 10_000)
         await drain(client, table)
-        await send(client, table, 10)
+        await send(client, table, 20)
         // A few live rows on hundreds of pages, in new plans.
         await client.query(`ANALYZE "${table}"`)
         await expectCheapClaims(client, table)
@@ -213,7 +222,7 @@ describe("the claim's plans", () => {
         }
         await send(client, table, 10_000)
         await drain(client, table)
-        await send(client, table, 10)
+        await send(client, table, 20)
         await expectCheapClaims(client, table)
       }),
     60_000
