@@ -19,6 +19,8 @@
  * - **The same outcome rules** (`Outcome`), with a strategy that never retries: every handler of the type runs,
  *   and any failure — an error of any kind, a defect, a decoding failure — fails `send`, so the dispatch, with a
  *   `SyncHandlingError` (inside the `TransportError` the contract allows; `SyncHandlingError.surface` lifts it).
+ *   A handler that fails because storage is not set up (an idempotent handler's store table) fails `send` with
+ *   that `StorageNotReadyError`, which says what to run, as the worker stops with it.
  *   A handler interrupted from within interrupts the dispatch.
  * - **The handlers' services**, provided as the worker provides them (`HandlersShape.provide`).
  *
@@ -248,10 +250,10 @@ const makeWith = (
  * the caller that catches the error can still commit. Outside one, `self` as it is (as under the worker). The
  * `SqlClient` is the handlers' or the caller's (`self` runs inside `HandlersShape.provide`).
  */
-const inSavepoint = <A>(
+const inSavepoint = <A, E>(
   name: string,
-  self: Effect.Effect<A, TransportError>
-): Effect.Effect<A, TransportError> =>
+  self: Effect.Effect<A, E>
+): Effect.Effect<A, E | TransportError> =>
   Effect.gen(function*() {
     const tx = yield* Effect.serviceOption(SqlClient.TransactionConnection)
     const sql = Option.isSome(tx) ? yield* Effect.serviceOption(SqlClient.SqlClient) : Option.none()

@@ -46,9 +46,10 @@ export interface ForwardOptions {
 }
 
 /**
- * Errors of a forward: the target transport failed (the broker is down, nacked or returned the message; a
- * PostgreSQL target is not set up yet) — the message is retried by the strategy of the transport it came
- * from — or a forward into the transport the message came from was refused.
+ * Errors of a forward: the target transport failed (the broker is down, nacked or returned the message) — the
+ * message is retried by the strategy of the transport it came from —, the target is not set up
+ * (`StorageNotReadyError`: the worker stops and gives the message back untouched, as storage that is not ready is
+ * not the message's fault), or a forward into the transport the message came from was refused.
  *
  * @since 0.1.0
  * @category models

@@ -59,8 +59,9 @@ const restartSchedule = Schedule.exponential("100 millis").pipe(
  * with a `HandlerTimeoutError`.
  *
  * It fails — and does not spin — when an option is invalid (`OutboxConfigError`: `batchSize: NaN`, a negative
- * duration), a transport name is unknown (`UnknownTransportError`, at once) or the
- * storage is not set up (`StorageNotReadyError`); a defect (a bug in a handler's hook, an unexpected throw)
+ * duration), a transport name is unknown (`UnknownTransportError`, at once) or the storage is not set up
+ * (`StorageNotReadyError`: the outbox table, or a table a handler needs — an idempotency store's, a forward's
+ * target —; the messages in hand go back untouched); a defect (a bug in a handler's hook, an unexpected throw)
  * ends it as a defect. Neither is ever reported as a clean stop.
  *
  * With an `IdempotencyStore` in context it also runs the store's retention job (`IdempotencyPurge`) unless

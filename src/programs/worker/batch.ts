@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import type { ReceivedMessage } from "../../domain/Envelope.js"
-import type { TransportError, UnknownTransportError } from "../../domain/Errors.js"
+import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../domain/Errors.js"
 import type * as Outcome from "../../domain/Outcome.js"
 import type { TransportShape } from "../../services/Transport.js"
 import * as OutboxMetrics from "../OutboxMetrics.js"
@@ -182,7 +182,7 @@ export const process = (
     }
     // hot path: the one operation per message that starts it also finds the fiber's log slot (see messageLogs.ts)
     const one = (row: ReceivedMessage, index: number) =>
-      Effect.withFiberRuntime<void, TransportError | UnknownTransportError>((fiber) =>
+      Effect.withFiberRuntime<void, TransportError | UnknownTransportError | StorageNotReadyError>((fiber) =>
         run(row, index, timed ? clock.unsafeCurrentTimeMillis() : 0, MessageLogs.slotOf(fiber))
       )
 

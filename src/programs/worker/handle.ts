@@ -11,7 +11,12 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Envelope, ReceivedMessage } from "../../domain/Envelope.js"
-import { HandlerTimeoutError, MessageDecodeError, NoHandlerForMessageError } from "../../domain/Errors.js"
+import {
+  HandlerTimeoutError,
+  MessageDecodeError,
+  NoHandlerForMessageError,
+  StorageNotReadyError
+} from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import * as Message from "../../domain/Message.js"
 import type { MessageId } from "../../domain/MessageId.js"
@@ -83,7 +88,9 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
 
 /**
  * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
- * are skipped. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
+ * are skipped. A handler that fails with a `StorageNotReadyError` (an idempotency store's table, a forward's target
+ * not set up) fails it with that error: storage that is not ready is not the message's fault, so the worker stops
+ * and gives the message back untouched. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
  * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it); with `logs`,
  * the running fiber's log lines carry the message (see `messageLogs.ts`); with `tracing`, its handlers run in the
  * message's `process` span (see `tracing.ts`).
@@ -99,7 +106,7 @@ export const handle = (
   index = 0,
   logs?: MessageLogs.Slot,
   tracing?: Tracing.Tracing
-): Effect.Effect<Outcome.Outcome> => {
+): Effect.Effect<Outcome.Outcome, StorageNotReadyError> => {
   const decoded = decode(row, registry)
   if (Either.isLeft(decoded)) {
     if (logs !== undefined) logs.envelope = undefined
@@ -137,7 +144,7 @@ export const timedOut = (
 ): Effect.Effect<Outcome.Outcome> => {
   const decoded = decode(row, registry)
   // Decoded before its handler started, it decodes again; the branch keeps the types whole.
-  if (Either.isLeft(decoded)) return handle(row, registry, strategy, false)
+  if (Either.isLeft(decoded)) return Effect.orDie(handle(row, registry, strategy, false))
   const name = cut(expired.handler.name, maxNameLength)
   const error = new HandlerTimeoutError({
     handler: name,
@@ -167,6 +174,13 @@ const settle = (
   )
 }
 
+/** The `StorageNotReadyError` a handler failed with, if it did (in any branch of its cause). */
+const notReady = (cause: Cause.Cause<unknown>): Option.Option<StorageNotReadyError> =>
+  Cause.find(
+    cause,
+    (c) => c._tag === "Fail" && c.error instanceof StorageNotReadyError ? Option.some(c.error) : Option.none()
+  )
+
 const runHandlers = (
   envelope: Envelope,
   handlers: ReadonlyArray<RegisteredHandler>,
@@ -174,7 +188,7 @@ const runHandlers = (
   watched: Watchdog.Watched | undefined,
   index: number,
   traced: Tracing.ProcessSpan | undefined
-): Effect.Effect<Outcome.Outcome> => {
+): Effect.Effect<Outcome.Outcome, StorageNotReadyError> => {
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
     const h = handlers[0]!
@@ -183,10 +197,13 @@ const runHandlers = (
     return Effect.matchCauseEffect(traced === undefined ? run : traced.run(run), {
       onSuccess: () =>
         Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
-      onFailure: (cause) =>
-        Cause.isInterruptedOnly(cause)
-          ? Effect.succeed(Outcome.release)
+      onFailure: (cause) => {
+        if (Cause.isInterruptedOnly(cause)) return Effect.succeed(Outcome.release)
+        const storage = notReady(cause)
+        return Option.isSome(storage)
+          ? Effect.fail(storage.value)
           : settle({ _tag: "HandlersFailed", causes: [cause], handledBy: [] }, envelope, strategy)
+      }
     })
   }
   return Effect.gen(function*() {
@@ -200,7 +217,11 @@ const runHandlers = (
       const exit = yield* Effect.exit(traced === undefined ? run : traced.run(run))
       if (Exit.isSuccess(exit)) handledBy.push(h.name)
       else if (Cause.isInterruptedOnly(exit.cause)) return Outcome.release
-      else causes.push(exit.cause)
+      else {
+        const storage = notReady(exit.cause)
+        if (Option.isSome(storage)) return yield* Effect.fail(storage.value)
+        causes.push(exit.cause)
+      }
     }
     if (causes.length === 0) return Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())
     return yield* settle({ _tag: "HandlersFailed", causes, handledBy }, envelope, strategy)

@@ -83,11 +83,11 @@ const unsampled: ProcessSpan = { span: undefined, run: (handler) => handler }
  *
  * @internal
  */
-export const finish = (
+export const finish = <E>(
   tracing: Tracing,
   process: ProcessSpan,
-  handling: Effect.Effect<Outcome.Outcome>
-): Effect.Effect<Outcome.Outcome> => {
+  handling: Effect.Effect<Outcome.Outcome, E>
+): Effect.Effect<Outcome.Outcome, E> => {
   const span = process.span
   return span === undefined
     ? handling
@@ -95,9 +95,10 @@ export const finish = (
 }
 
 /** Ends the span with the outcome: its event, and an error status when the message did not succeed. */
-const end = (span: Tracer.Span, exit: Exit.Exit<Outcome.Outcome>, now: bigint): void => {
+const end = <E>(span: Tracer.Span, exit: Exit.Exit<Outcome.Outcome, E>, now: bigint): void => {
   if (Exit.isFailure(exit)) {
-    // Interrupted (a shutdown, or the watchdog at a handler's timeout): the batch records what becomes of it.
+    // Interrupted (a shutdown, or the watchdog at a handler's timeout), or storage not ready (the worker stops):
+    // the batch records what becomes of it.
     span.end(now, exit)
     return
   }

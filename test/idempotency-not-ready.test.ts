@@ -1,0 +1,114 @@
+/**
+ * An idempotency table that is not set up (the outbox table is): storage that is not ready is not the messages'
+ * fault. A worker whose handlers are idempotent stops at its first message with a `StorageNotReadyError` naming the
+ * table and the command to run, and every message is still queued as it was — not retried, not delivered, not in
+ * the failure queue — on PostgreSQL and on MariaDB.
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as MysqlIdempotencyStore from "../src/layers/MysqlIdempotencyStore.js"
+import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
+import * as Worker from "../src/programs/worker/Worker.js"
+import * as Handlers from "../src/services/Handlers.js"
+import * as Outbox from "../src/services/Outbox.js"
+import { testDatabase } from "./support/database.js"
+import { outboxStack, uniqueTable } from "./support/harness.js"
+import { OrderPaid } from "./support/messages.js"
+import { freshMysqlDatabase, mysqlOutboxStack } from "./support/mysql.js"
+
+const db = testDatabase("idem_not_ready")
+
+/** Long enough for a loaded machine; a worker that retries instead of stopping is still running then. */
+const atOnce = "20 seconds"
+
+const messages = 20
+
+/** What the rows of the outbox table look like afterwards: per queue, how many, delivered, retried, counted. */
+interface Row {
+  readonly queue_name: string
+  readonly delivered: number | boolean
+  readonly delivery_count: number
+  readonly headers: string
+}
+
+const handlers = (ran: { count: number }) => [
+  Handlers.handler(OrderPaid, () => Effect.sync(() => void ran.count++), { name: "invoices", idempotent: true }),
+  Handlers.handler(OrderPaid, () => Effect.sync(() => void ran.count++), { name: "mailer", idempotent: true })
+]
+
+/** Dispatches the messages, runs a worker until it ends, and checks how it ended and what the table holds. */
+const scenario = (options: {
+  readonly table: string
+  readonly store: string
+  readonly rows: Effect.Effect<ReadonlyArray<Row>, unknown, SqlClient.SqlClient>
+  readonly ran: { count: number }
+}) => {
+  const logs: Array<string> = []
+  const recorder = Logger.make(({ message }) => void logs.push(String(message)))
+  return Effect.gen(function*() {
+    for (let orderId = 1; orderId <= messages; orderId++) {
+      yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }))
+    }
+    const error = yield* Worker.run({ transports: ["outbox"], sleep: "10 millis", concurrency: 4, batchSize: 8 })
+      .pipe(Effect.timeout(atOnce), Effect.flip)
+    expect(error._tag).toBe("StorageNotReadyError")
+    expect(error.message).toContain(options.store)
+    expect(error.message).toContain("outbox setup-transports --idempotency")
+    expect(logs.filter((line) => line.includes(": retry #"))).toEqual([])
+    expect(logs.filter((line) => line.includes("moved to the failure queue:"))).toEqual([])
+    expect(logs.filter((line) => line.startsWith("outbox worker: stopped (failure: The idempotency table")))
+      .toHaveLength(1)
+    const rows = yield* options.rows
+    expect(rows).toHaveLength(messages)
+    for (const row of rows) {
+      expect(row.queue_name).toBe("outbox")
+      expect(Boolean(row.delivered)).toBe(false)
+      expect(row.delivery_count).toBe(0)
+      expect(JSON.parse(row.headers).redeliveries).toBeUndefined()
+    }
+    // No handler body ran: the store's table is read before the effect it guards.
+    expect(options.ran.count).toBe(0)
+  }).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, recorder)))
+}
+
+describe("an idempotency table that is not set up", () => {
+  it.live("PostgreSQL: the worker stops with a StorageNotReadyError; every message is still queued, untouched", () =>
+    db.withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("idem_nr")
+      const store = uniqueTable("idem_nr_records")
+      const ran = { count: 0 }
+      const stack = outboxStack({ table, handlers: handlers(ran) }).pipe(
+        Layer.provideMerge(PgIdempotencyStore.layer({ table: store })),
+        Layer.orDie
+      )
+      const rows = sql<Row>`SELECT queue_name, delivered_at IS NOT NULL AS delivered, delivery_count, headers
+        FROM ${sql(table)} ORDER BY id`
+      yield* scenario({ table, store, rows, ran }).pipe(Effect.provide(stack))
+    })))
+
+  it.live(
+    "MariaDB: the worker stops with a StorageNotReadyError; every message is still queued, untouched",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("idem_nr")
+        const store = uniqueTable("idem_nr_records")
+        const ran = { count: 0 }
+        const stack = mysqlOutboxStack({ table, handlers: handlers(ran) }).pipe(
+          Layer.provideMerge(MysqlIdempotencyStore.layer({ table: store })),
+          Layer.orDie
+        )
+        const rows = Effect.map(
+          sql<Row>`SELECT queue_name, delivered_at IS NOT NULL AS delivered, delivery_count, headers
+          FROM ${sql(table)} ORDER BY id`,
+          (found) => found.map((row) => ({ ...row, delivery_count: Number(row.delivery_count) }))
+        )
+        yield* scenario({ table, store, rows, ran }).pipe(Effect.provide(stack))
+      }).pipe(Effect.provide(freshMysqlDatabase("idem_not_ready"))),
+    60_000
+  )
+})
