@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import type { ReceivedMessage } from "../../domain/Envelope.js"
-import type { StorageNotReadyError, TransportError, UnknownTransportError } from "../../domain/Errors.js"
+import { StorageNotReadyError, type TransportError, type UnknownTransportError } from "../../domain/Errors.js"
 import type * as Outcome from "../../domain/Outcome.js"
 import type { TransportShape } from "../../services/Transport.js"
 import * as OutboxMetrics from "../OutboxMetrics.js"
@@ -39,6 +39,22 @@ export const giveBack = (acks: Acks.Acks, transport: TransportShape, name: strin
 
 const { finished, givenBack, running, timedOut } = Watchdog
 
+/**
+ * A write whose target is not set up (a failure transport on another backend, whose send reports it as the cause of
+ * a `TransportError`): not retried, the message given back, the worker stopped with the `StorageNotReadyError`.
+ */
+const notReadyTarget = (
+  acks: Acks.Acks,
+  transport: TransportShape,
+  row: ReceivedMessage
+) =>
+(
+  error: TransportError | UnknownTransportError
+): Effect.Effect<never, TransportError | UnknownTransportError | StorageNotReadyError> =>
+  error._tag === "TransportError" && error.cause instanceof StorageNotReadyError
+    ? Effect.zipRight(giveBack(acks, transport, row.transport, [row.id]), Effect.fail(error.cause))
+    : Effect.fail(error)
+
 /** Writes a retry or a move to the failure queue, then logs it and reports it. */
 const write = (
   state: RunState,
@@ -51,7 +67,7 @@ const write = (
   const stored = retry
     ? transport.retry(row, { delay: outcome.delay, headers: outcome.headers })
     : transport.fail(row, outcome.headers)
-  return Acks.settle(acks, row.transport, [row.id], stored).pipe(
+  return Acks.settle(acks, row.transport, [row.id], Effect.catchAll(stored, notReadyTarget(acks, transport, row))).pipe(
     Effect.zipRight(Effect.suspend(() => {
       const error = `${outcome.error.tag}: ${outcome.error.message}`
       if (state.metrics) {
@@ -132,7 +148,7 @@ export const process = (
       index: number,
       outcome: Outcome.Outcome,
       durationMs: number
-    ): Effect.Effect<void, TransportError | UnknownTransportError> => {
+    ): Effect.Effect<void, TransportError | UnknownTransportError | StorageNotReadyError> => {
       switch (outcome._tag) {
         case "Release":
           progress[index] = givenBack

@@ -2,18 +2,26 @@
  * An idempotency table that is not set up (the outbox table is): storage that is not ready is not the messages'
  * fault. A worker whose handlers are idempotent stops at its first message with a `StorageNotReadyError` naming the
  * table and the command to run, and every message is still queued as it was — not retried, not delivered, not in
- * the failure queue — on PostgreSQL and on MariaDB.
+ * the failure queue — on PostgreSQL and on MariaDB. The same for a failure transport on another backend whose table
+ * is missing: the message it could not take is given back, not retried through the outage.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
+import * as Option from "effect/Option"
+import * as MemoryTransport from "../src/layers/MemoryTransport.js"
 import * as MysqlIdempotencyStore from "../src/layers/MysqlIdempotencyStore.js"
 import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
+import * as PgTransport from "../src/layers/PgTransport.js"
+import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
+import * as TransportRouter from "../src/layers/TransportRouter.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
+import { Transport } from "../src/services/Transport.js"
+import type { TransportBackend } from "../src/services/TransportAdmin.js"
 import { testDatabase } from "./support/database.js"
 import { outboxStack, uniqueTable } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
@@ -111,4 +119,42 @@ describe("an idempotency table that is not set up", () => {
       }).pipe(Effect.provide(freshMysqlDatabase("idem_not_ready"))),
     60_000
   )
+})
+
+describe("a failure transport on another backend whose table is not set up", () => {
+  it.live("the worker stops with its StorageNotReadyError; the message is given back, not retried", () =>
+    db.withPg(Effect.gen(function*() {
+      const table = uniqueTable("failed_nr")
+      const memory = yield* MemoryTransport.make({ transports: { broker: {} } })
+      // A broker-like backend whose failed messages go to the PostgreSQL transport's `failed`, not set up.
+      const broker: TransportBackend = {
+        ...memory,
+        names: ["broker"],
+        failureTransport: (name) => (name === "broker" ? Option.some("failed") : Option.none()),
+        capabilities: (name) => (name === "broker" ? memory.capabilities(name) : Option.none())
+      }
+      const pg = yield* PgTransport.make({ table })
+      const router = yield* TransportRouter.make(broker, pg)
+      let ran = 0
+      const stack = Layer.mergeAll(
+        Handlers.layer([Handlers.handler(OrderPaid, () => Effect.suspend(() => (ran++, Effect.fail("refused"))))]),
+        ScheduleRetryStrategy.layer({ default: { maxRetries: 0 } })
+      ).pipe(Layer.provideMerge(Layer.succeed(Transport, router)))
+      yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 1 })).pipe(
+        Effect.provide(Outbox.layer({ routes: { OrderPaid: ["broker"] } }).pipe(Layer.provide(stack)))
+      )
+      const error = yield* Worker.run({ transports: ["broker"], sleep: "10 millis", settleTimeout: "30 seconds" }).pipe(
+        Effect.provide(stack),
+        Effect.timeout(atOnce),
+        Effect.flip
+      )
+      expect(error._tag).toBe("StorageNotReadyError")
+      expect(error.message).toContain(table)
+      expect(error.message).toContain("outbox setup-transports")
+      expect(ran).toBe(1)
+      const rows = yield* memory.messagesOf("broker")
+      expect(rows).toHaveLength(1)
+      expect(rows[0]).toMatchObject({ deliveredAt: null, deliveries: 0 })
+      expect(JSON.parse(rows[0]!.headers).redeliveries).toBeUndefined()
+    })))
 })
