@@ -186,42 +186,85 @@ describe("handler timeout", () => {
       }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, () => Effect.sleep("1 second"))])))
     }))
 
-  it.effect("with concurrency, interrupts the batch: the other handler in flight and the unstarted go back", () =>
+  it.effect("with concurrency, a timeout stops its own message only: the others in flight finish, once each", () =>
     Effect.gen(function*() {
       const hang = hanging()
-      const calls = { paid: 0, shipped: 0 }
+      // OrderShipped 2, 3 and 4 start with the slow OrderPaid and finish only after its timeout has been recorded.
+      const calls = new Map<number, number>()
+      const effects = new Map<number, number>()
       let interruptedOthers = 0
-      // OrderPaid 1 hangs; OrderShipped blocks on its first delivery (well within its hour), then succeeds.
-      const paid = (message: OrderPaid) =>
+      const othersStarted = Deferred.unsafeMake<void>(undefined as never)
+      const finishOthers = Deferred.unsafeMake<void>(undefined as never)
+      const timeoutRecorded = Deferred.unsafeMake<void>(undefined as never)
+      const shipped = (message: OrderShipped) =>
         Effect.suspend(() => {
-          calls.paid++
-          return message.orderId === 1 ? hang.handle() : Effect.void
+          calls.set(message.orderId, (calls.get(message.orderId) ?? 0) + 1)
+          const started = calls.size === 3 ? Deferred.succeed(othersStarted, undefined) : Effect.void
+          return Effect.zipRight(started, Deferred.await(finishOthers)).pipe(
+            Effect.zipRight(
+              Effect.sync(() => void effects.set(message.orderId, (effects.get(message.orderId) ?? 0) + 1))
+            ),
+            Effect.onInterrupt(() => Effect.sync(() => interruptedOthers++))
+          )
         })
-      const shipped = () =>
-        Effect.suspend(() =>
-          ++calls.shipped === 1
-            ? Effect.onInterrupt(Effect.never, () => Effect.sync(() => interruptedOthers++))
-            : Effect.void
-        )
       yield* Effect.gen(function*() {
         yield* Outbox.dispatch(new OrderPaid({ orderId: 1, amount: 5 }))
-        yield* Outbox.dispatch(new OrderShipped({ orderId: 2, carrier: "post" }))
-        yield* Outbox.dispatch(new OrderPaid({ orderId: 3, amount: 5 }))
-        const worker = yield* Effect.fork(run({ concurrency: 2, batchSize: 3, handlerTimeout: "1 minute" }))
+        for (const orderId of [2, 3, 4]) yield* Outbox.dispatch(new OrderShipped({ orderId, carrier: "post" }))
+        const worker = yield* Effect.fork(run({
+          concurrency: 4,
+          batchSize: 4,
+          handlerTimeout: "1 hour",
+          onEvent: (event) => event._tag === "Failed" ? Deferred.succeed(timeoutRecorded, undefined) : Effect.void
+        }))
         yield* Deferred.await(hang.started)
+        yield* Deferred.await(othersStarted)
         yield* sleepingUntil(60_000)
         yield* TestClock.adjust("1 minute")
-        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 2, retried: 0, failed: 1 })
+        // The slow message is failed while its three neighbours are still in flight, none of them interrupted.
+        yield* Deferred.await(timeoutRecorded)
         expect(hang.state).toEqual({ calls: 1, interrupted: 1 })
-        expect(interruptedOthers).toBe(1)
-        expect(calls).toEqual({ paid: 2, shipped: 2 })
+        expect(interruptedOthers).toBe(0)
+        expect(effects.size).toBe(0)
+        yield* Deferred.succeed(finishOthers, undefined)
+        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 3, retried: 0, failed: 1 })
+        expect(Object.fromEntries(calls)).toEqual({ 2: 1, 3: 1, 4: 1 })
+        expect(Object.fromEntries(effects)).toEqual({ 2: 1, 3: 1, 4: 1 })
+        expect(interruptedOthers).toBe(0)
         const memory = yield* MemoryTransport.MemoryTransport
         expect(yield* memory.messagesOf("outbox")).toEqual([])
         const [failed] = yield* memory.messagesOf("failed")
         expect(JSON.parse(failed!.body)).toMatchObject({ orderId: 1 })
+        expect(JSON.parse(failed!.headers).errorDetails).toMatchObject({
+          tag: "HandlerTimeoutError",
+          message: "Handler OrderPaid did not finish within 1m"
+        })
       }).pipe(Effect.provide(stack([
-        Handlers.handler(OrderPaid, paid),
-        Handlers.handler(OrderShipped, shipped, { timeout: "1 hour" })
+        Handlers.handler(OrderPaid, hang.handle, { timeout: "1 minute" }),
+        Handlers.handler(OrderShipped, shipped)
+      ], { default: { maxRetries: 0 } })))
+    }))
+
+  it.effect("with concurrency, does not wait for a handler that ignores its interruption", () =>
+    Effect.gen(function*() {
+      const started = Deferred.unsafeMake<void>(undefined as never)
+      let others = 0
+      yield* Effect.gen(function*() {
+        for (const orderId of [1, 2, 3]) yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 5 }))
+        const worker = yield* Effect.fork(run({ concurrency: 2, batchSize: 3, handlerTimeout: "1 minute" }))
+        yield* Deferred.await(started)
+        yield* sleepingUntil(60_000)
+        yield* TestClock.adjust("1 minute")
+        // The others are handled while the first handler still sleeps, uninterruptibly, for an hour.
+        expect(yield* Fiber.join(worker)).toMatchObject({ handled: 2, failed: 1 })
+        expect(others).toBe(2)
+        const memory = yield* MemoryTransport.MemoryTransport
+        expect(yield* memory.messagesOf("outbox")).toEqual([])
+        expect((yield* memory.messagesOf("failed")).map((row) => JSON.parse(row.body).orderId)).toEqual([1])
+      }).pipe(Effect.provide(stack([
+        Handlers.handler(OrderPaid, (paid) =>
+          paid.orderId === 1
+            ? Effect.zipRight(Deferred.succeed(started, undefined), Effect.uninterruptible(Effect.sleep("1 hour")))
+            : Effect.sync(() => void others++))
       ], { default: { maxRetries: 0 } })))
     }))
 

@@ -134,7 +134,9 @@ export const process = (
     // batch ends: unstarted after a limit, a shutdown or a failure mid-batch; running after a shutdown timeout;
     // released by an interrupted handler), timed out (recorded as a failure) or finished. An array, not sets of
     // ids: nothing allocated per message.
-    const watched = Watchdog.watch(state.watchdog, batch.length, runner.abandon)
+    // Side by side, each message's handlers run in a fiber of their own: a timeout stops that message alone.
+    const isolated = concurrency > 1 && batch.length > 1
+    const watched = Watchdog.watch(state.watchdog, batch.length, runner.abandon, isolated)
     const progress = watched.progress
     // After an interruption (shutdown) no further message of the batch starts.
     let draining = false
@@ -172,11 +174,15 @@ export const process = (
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
       progress[index] = running
       if (metrics) OutboxMetrics.messageAge.unsafeUpdate((now - row.createdAt.getTime()) / 1000, transportLabels)
+      const handling = Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing)
       return Effect.flatMap(
-        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing),
+        isolated ? Watchdog.isolate(watched, index, handling) : handling,
         (outcome) => {
+          // Stopped by the watchdog at its deadline: recorded here, while the batch's other messages run on.
+          if (outcome === undefined) return expire(row, index)
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
-          if (progress[index] !== running) return Effect.void
+          // Isolated, a handler that finished as its deadline passed keeps its outcome: nothing stopped it.
+          if (progress[index] !== running && !(isolated && progress[index] === timedOut)) return Effect.void
           progress[index] = finished
           const end = timed ? clock.unsafeCurrentTimeMillis() : 0
           const durationMs = end - now
@@ -217,35 +223,33 @@ export const process = (
       return Effect.as(giveBack(acks, transport, name, back), back.length)
     })
 
-    // The watchdog abandoned the batch: its timed-out messages are recorded as failures, the rest goes back.
+    // A message past its handler's deadline: recorded as a failure with `HandlerTimeoutError`.
+    const expire = (row: ReceivedMessage, i: number) => {
+      progress[i] = finished
+      const expired = Watchdog.timedOutAt(watched, i)
+      return Effect.zipRight(
+        Effect.logWarning(
+          `outbox worker: handler ${expired.handler.name} of ${row.messageId} did not finish within ${
+            Duration.format(Duration.millis(expired.timeoutMs))
+          }, interrupted`
+        ),
+        Effect.flatMap(
+          Effect.zip(Handle.timedOut(row, registry, expired, strategy), Clock.currentTimeMillis),
+          ([outcome, end]) => Effect.uninterruptible(record(row, i, outcome, end - expired.startedAt))
+        )
+      )
+    }
+
+    // The watchdog abandoned the batch (one message at a time): the timed-out message is recorded, the rest goes
+    // back.
     const timeouts = () =>
       Effect.flatMap(
         Effect.exit(Effect.suspend(() => {
           const indices: Array<number> = []
-          let others = 0
           for (let i = 0; i < batch.length; i++) {
             if (progress[i] === timedOut) indices.push(i)
-            else if (progress[i] === running) others++
           }
-          return Effect.forEach(indices, (i) => {
-            progress[i] = finished
-            const row = batch[i]!
-            const expired = Watchdog.timedOutAt(watched, i)
-            return Effect.zipRight(
-              Effect.logWarning(
-                `outbox worker: handler ${expired.handler.name} of ${row.messageId} did not finish within ${
-                  Duration.format(Duration.millis(expired.timeoutMs))
-                }, interrupted` +
-                  (others > 0
-                    ? ` with the ${others} other handlers in flight in its batch (their messages go back)`
-                    : "")
-              ),
-              Effect.flatMap(
-                Effect.zip(Handle.timedOut(row, registry, expired, strategy), Clock.currentTimeMillis),
-                ([outcome, end]) => Effect.uninterruptible(record(row, i, outcome, end - expired.startedAt))
-              )
-            )
-          }, { discard: true })
+          return Effect.forEach(indices, (i) => expire(batch[i]!, i), { discard: true })
         })),
         (recorded) => Effect.zipLeft(settle, recorded)
       )
