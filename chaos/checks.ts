@@ -2,8 +2,8 @@
  * The checks of a chaos scenario, computed from what was observed in the database at the end (never from the
  * producers' or workers' own counts), the table they are printed in, and the self-test that shows each check
  * catches the loss it is there for: a copy of a real observation is corrupted (an effect dropped, an effect of a
- * rolled-back message added, an effect duplicated, an unbounded reason, a message left behind) and the check must
- * then fail.
+ * rolled-back message added, an effect duplicated, an unbounded reason, a message left behind, a message whose
+ * handler never started failed as if it had killed its workers) and the check must then fail.
  */
 import { table as markdownTable } from "../bench/stats.js"
 
@@ -32,6 +32,14 @@ export interface HostileRow {
   readonly parked: boolean
 }
 
+/** A row of the failure queue at the end of the run. */
+export interface FailedRow {
+  readonly messageId: string
+  readonly reasonLength: number | undefined
+  readonly tag?: string | undefined
+  readonly started?: boolean | undefined
+}
+
 /** What a scenario observed, read back from the database at its end. */
 export interface Observation {
   readonly scenario: string
@@ -45,8 +53,12 @@ export interface Observation {
   readonly effects: ReadonlyArray<string>
   /** Handler invocations (rows of `chaos_deliveries`) and the distinct messages they were for. */
   readonly deliveries: { readonly total: number; readonly messages: number }
-  /** The rows of the failure queue: message id and reason length (`undefined`: no reason recorded). */
-  readonly failed: ReadonlyArray<{ readonly messageId: string; readonly reasonLength: number | undefined }>
+  /**
+   * The rows of the failure queue: message id, reason length (`undefined`: no reason recorded), the error's tag
+   * (`WorkerDiedError`: deliveries without an outcome used up its retries) and whether a handler ever started for it
+   * (a row of `chaos_deliveries`, the handler's first statement).
+   */
+  readonly failed: ReadonlyArray<FailedRow>
   /** Rows left in the main queue at the end, parked rows apart. */
   readonly remaining: number
   /** Parked rows (`available_at = 'infinity'`) left in the main queue. */
@@ -55,6 +67,8 @@ export interface Observation {
   readonly hostile: ReadonlyArray<HostileRow>
   /** Faults injected: SIGKILLs, restarts, rounds of terminations, outages, broker stops, hostile rows. */
   readonly faults: number
+  /** The faults the scenario must inject at least (the SIGKILL storm's kills), when it asks for a number. */
+  readonly minFaults?: number | undefined
   /** Worker processes that exited without being told to (killed by us does not count). */
   readonly workerExits: number
   /** Milliseconds from the scenario's first dispatch until the queue was drained; `undefined`: it never was. */
@@ -82,6 +96,10 @@ export interface Counts {
   readonly failed: number
   /** The longest reason in the failure queue, in characters. */
   readonly maxReason: number
+  /** Rows in the failure queue as `WorkerDiedError`. */
+  readonly failedDied: number
+  /** Of those, messages whose handler never started: innocent messages failed as poison. */
+  readonly failedNeverStarted: number
 }
 
 /** One check and whether it held. */
@@ -98,6 +116,8 @@ export type CheckName =
   | "drained"
   | "workers survived"
   | "hostile rows resolved"
+  | "no innocent failure"
+  | "faults injected"
 
 /** A scenario's counts and checks. */
 export interface Result {
@@ -124,6 +144,7 @@ export const evaluate = (observation: Observation): Result => {
   }
   const lost = observation.committed.filter((id) => !effectsPer.has(id)).length
   const reasons = observation.failed.map((f) => f.reasonLength)
+  const died = observation.failed.filter((f) => f.tag === "WorkerDiedError")
   const counts: Counts = {
     committed: committed.size,
     rolledBack: observation.rolledBack.length,
@@ -134,7 +155,9 @@ export const evaluate = (observation: Observation): Result => {
     duplicateDeliveries: observation.deliveries.total - observation.deliveries.messages,
     failedWithReason: reasons.filter((r) => r !== undefined && r > 0).length,
     failed: observation.failed.length,
-    maxReason: Math.max(0, ...reasons.map((r) => r ?? 0))
+    maxReason: Math.max(0, ...reasons.map((r) => r ?? 0)),
+    failedDied: died.length,
+    failedNeverStarted: died.filter((f) => f.started !== true).length
   }
   const checks: Array<Check> = [
     { name: "no loss", ok: lost === 0 },
@@ -142,8 +165,13 @@ export const evaluate = (observation: Observation): Result => {
     { name: "exactly once", ok: effects === committed.size && duplicateEffects === 0 },
     { name: "bounded reasons", ok: reasons.every((r) => r !== undefined && r > 0 && r <= maxReasonLength) },
     { name: "drained", ok: observation.drainMs !== undefined && observation.remaining === 0 },
-    { name: "workers survived", ok: observation.workerExits === 0 }
+    { name: "workers survived", ok: observation.workerExits === 0 },
+    // A message that was only claimed (or prefetched) by workers that died before reaching it crashed nothing.
+    { name: "no innocent failure", ok: counts.failedNeverStarted === 0 }
   ]
+  if (observation.minFaults !== undefined) {
+    checks.push({ name: "faults injected", ok: observation.faults >= observation.minFaults })
+  }
   if (observation.hostile.length > 0) {
     checks.push({
       name: "hostile rows resolved",
@@ -199,6 +227,19 @@ export const corruptions: ReadonlyArray<Corruption> = [
     name: "a message left in the queue",
     catches: "drained",
     apply: (o) => ({ ...o, remaining: o.remaining + 1 })
+  },
+  {
+    name: "fail a message whose handler never started as WorkerDiedError",
+    catches: "no innocent failure",
+    apply: (o) => ({
+      ...o,
+      failed: [...o.failed, {
+        messageId: "00000000-0000-7000-8000-000000000001",
+        reasonLength: 100,
+        tag: "WorkerDiedError",
+        started: false
+      }]
+    })
   }
 ]
 
@@ -260,6 +301,7 @@ export const resultsTable = (results: ReadonlyArray<Result>): string =>
       "rolled-back effects",
       "duplicate deliveries",
       "failed (with reason)",
+      "died (never started)",
       "max reason",
       "drained in s",
       "checks"
@@ -273,11 +315,12 @@ export const resultsTable = (results: ReadonlyArray<Result>): string =>
       String(counts.rolledBackEffects),
       String(counts.duplicateDeliveries),
       `${counts.failed} (${counts.failedWithReason})`,
+      `${counts.failedDied} (${counts.failedNeverStarted})`,
       String(counts.maxReason),
       seconds(observation.drainMs),
       checks.every((c) => c.ok) ? "pass" : `FAIL: ${checks.filter((c) => !c.ok).map((c) => c.name).join(", ")}`
     ]),
-    ["l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l"]
+    ["l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l"]
   )
 
 /** The hostile rows' fates. */

@@ -454,6 +454,16 @@ const reasonLength = (headers: string): number | undefined => {
   }
 }
 
+/** The tag of the error a failed message's headers record, if any. */
+const errorTag = (headers: string): string | undefined => {
+  try {
+    const tag = (JSON.parse(headers) as { errorDetails?: { tag?: unknown } }).errorDetails?.tag
+    return typeof tag === "string" ? tag : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /** A hostile row as inserted: its label, message id and whether the product parks it on purpose. */
 export interface InsertedHostile {
   readonly label: string
@@ -469,6 +479,7 @@ export const observe = (
     readonly production: Production
     readonly hostile: ReadonlyArray<InsertedHostile>
     readonly faults: number
+    readonly minFaults?: number | undefined
     readonly workerExits: number
     readonly drainMs: number | undefined
     readonly notes: ReadonlyArray<string>
@@ -487,11 +498,19 @@ export const observe = (
       `SELECT COUNT(*) AS total, COUNT(DISTINCT message_id) AS messages FROM chaos_deliveries`
     )
     const deliveries = { total: Number(counted!.total), messages: Number(counted!.messages) }
-    const failedRows = yield* query<{ id: string; headers: string }>(
+    // Whether a handler ever started for it: the handler's first statement writes a row of `chaos_deliveries`.
+    const failedRows = yield* query<{ id: string; headers: string; started: number | boolean }>(
       url,
-      `SELECT ${asText} AS id, headers FROM ${table} WHERE queue_name = '${failedQueue}'`
+      `SELECT ${asText} AS id, headers,
+         EXISTS (SELECT 1 FROM chaos_deliveries d WHERE d.message_id = f.message_id) AS started
+       FROM ${table} f WHERE queue_name = '${failedQueue}'`
     )
-    const failed = failedRows.map((r) => ({ messageId: r.id, reasonLength: reasonLength(r.headers) }))
+    const failed = failedRows.map((r) => ({
+      messageId: r.id,
+      reasonLength: reasonLength(r.headers),
+      tag: errorTag(r.headers),
+      started: Boolean(Number(r.started))
+    }))
     const [left] = yield* query<{ remaining: number; parked: number }>(url, remainingSql(url))
     // Hostile rows are PostgreSQL's scenario only.
     const queues = new Map(
@@ -514,6 +533,7 @@ export const observe = (
         : "gone"
       return { ...h, fate, reasonLength: fate === "failed" ? reasons.get(h.messageId) : undefined }
     })
+    const died = failed.filter((f) => f.tag === "WorkerDiedError")
     const inDoubtCommitted = run.production.inDoubt.filter((id) => committedSet.has(id)).length
     return {
       scenario: run.scenario,
@@ -527,13 +547,19 @@ export const observe = (
       parked: Number(left!.parked),
       hostile,
       faults: run.faults,
+      ...(run.minFaults === undefined ? {} : { minFaults: run.minFaults }),
       workerExits: run.workerExits,
       drainMs: run.drainMs,
       notes: [
         ...run.notes,
         `producers: ${run.production.onPurpose} rolled back on purpose, ${run.production.aborted} attempts aborted by ` +
         `faults and retried (${inDoubtCommitted} of them had committed), ${run.production.givenUp} given up`,
-        `handler invocations: ${deliveries.total} for ${deliveries.messages} messages`
+        `handler invocations: ${deliveries.total} for ${deliveries.messages} messages`,
+        ...(died.length === 0 ? [] : [
+          `failure queue: ${died.length} messages as WorkerDiedError, ${
+            died.filter((f) => !f.started).length
+          } of them never reached by a handler`
+        ])
       ]
     }
   })

@@ -5,7 +5,8 @@
  * restarts (fast and immediate), `pg_terminate_backend` storms, an outage longer than the workers' `settleTimeout`,
  * the broker stopped mid-forwarding, hostile rows among valid ones. Prints one row per scenario with the counts and
  * the checks (no loss, no effect of a rolled-back message, exactly one effect per committed message, bounded
- * failure reasons, queue drained, workers alive), then the self-test of the checks on copies of the real results.
+ * failure reasons, queue drained, workers alive, no message whose handler never started failed as `WorkerDiedError`,
+ * the storm's kills all injected), then the self-test of the checks on copies of the real results.
  * Exits non-zero when a check fails. `--help` lists the options.
  */
 import { NodeRuntime } from "@effect/platform-node"
@@ -45,6 +46,10 @@ const usage = `npm run chaos -- [options]
   --settle-timeout MS  outage scenario: the workers' settleTimeout; the server stays down twice as long
                        (default ${fullSizes.settleTimeoutMs})
   --deadline S         how long the queue may take to drain after the production (default ${deadlineSeconds})
+  --storm-messages N   sigkill-storm: business transactions (default ${fullSizes.storm.messages}, over ${fullSizes.storm.seconds} s)
+  --storm-seconds S    sigkill-storm: production spread over S seconds (default ${fullSizes.storm.seconds})
+  --storm-kills N      sigkill-storm: SIGKILLs at least (default ${fullSizes.storm.minKills}; ${fullSizes.storm.workers} workers, lease ${fullSizes.storm.leaseMs} ms,
+                       batch ${fullSizes.storm.batchSize}, ${fullSizes.storm.maxRetries} retries)
   --seed N             the seed of the fault schedule (default: random, printed)
   --self-test          only the self-test of the checks, on a synthetic result (no server started)
   --help
@@ -92,7 +97,13 @@ const parse = (argv: ReadonlyArray<string>): Options | string => {
       producers: Math.round(number("--producers", fullSizes.producers)),
       leaseMs: number("--lease", fullSizes.leaseMs),
       settleTimeoutMs: number("--settle-timeout", fullSizes.settleTimeoutMs),
-      deadlineMs: number("--deadline", fullSizes.deadlineMs / 1000) * 1000
+      deadlineMs: number("--deadline", fullSizes.deadlineMs / 1000) * 1000,
+      storm: {
+        ...fullSizes.storm,
+        messages: Math.round(number("--storm-messages", fullSizes.storm.messages)),
+        seconds: number("--storm-seconds", fullSizes.storm.seconds),
+        minKills: Math.round(number("--storm-kills", fullSizes.storm.minKills))
+      }
     }
     const seed = Math.round(number("--seed", Math.floor(Math.random() * 2 ** 31)))
     if (values.size > 0) return `unknown option(s) ${[...values.keys()].join(", ")}\n\n${usage}`

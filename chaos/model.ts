@@ -69,6 +69,13 @@ export const retry: ScheduleRetryStrategy.Options = {
   default: { maxRetries: 1000, delay: "100 millis", multiplier: 2, maxDelay: "1 second" }
 }
 
+/**
+ * The retry policy of a worker: `retry`, or the same delays with `maxRetries` of its own (the SIGKILL storm's 5:
+ * the budget that deliveries without an outcome — a worker killed under the message — count against).
+ */
+export const retryOf = (config: Pick<WorkerConfig, "maxRetries">): ScheduleRetryStrategy.Options =>
+  config.maxRetries === undefined ? retry : { default: { ...retry.default, maxRetries: config.maxRetries } }
+
 /** What a worker process does. */
 export type Role =
   /** Consumes `outbox` from PostgreSQL with the idempotent consumer. */
@@ -88,6 +95,8 @@ export interface WorkerConfig {
   /** How long the consumer's effect works inside its transaction, in ms. */
   readonly workMs: number
   readonly settleTimeoutMs?: number
+  /** The retry budget, when not `retry`'s (see `retryOf`). */
+  readonly maxRetries?: number
   readonly amqp?: { readonly url: string; readonly exchange: string; readonly queue: string }
 }
 

@@ -22,7 +22,7 @@ import * as Handlers from "../src/services/Handlers.js"
 import type { IdempotencyStore } from "../src/services/IdempotencyStore.js"
 import type { Transport } from "../src/services/Transport.js"
 import { dialectOf } from "./dialects.js"
-import { ChaosPaid, consume, queue, retry, table, type WorkerConfig } from "./model.js"
+import { ChaosPaid, consume, queue, retryOf, table, type WorkerConfig } from "./model.js"
 
 /**
  * A pool on a URL: PostgreSQL's, its connections named for `pg_stat_activity`, or MariaDB's (`mysql://`), whose
@@ -82,5 +82,5 @@ export const idempotencyStore = (url: string) =>
 export const workerStack = (config: WorkerConfig) =>
   Layer.mergeAll(
     handlers(config).pipe(Layer.provide(idempotencyStore(config.url))),
-    ScheduleRetryStrategy.layer(retry)
+    ScheduleRetryStrategy.layer(retryOf(config))
   ).pipe(Layer.provideMerge(transport(config)))

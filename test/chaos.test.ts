@@ -6,7 +6,9 @@
  * cluster for each scenario that restarts, stops or storms it, one for the others. That lets the scenarios run at the same
  * time (each on its own database), so the file takes about as long as its longest scenario, the broker's. Then the
  * checks' self-test: each corruption of a copy of a real result (an effect dropped, an effect of a rolled-back
- * message, a duplicate effect, an unbounded reason, a message left behind) must fail its check.
+ * message, a duplicate effect, an unbounded reason, a message left behind, a message whose handler never started
+ * failed as `WorkerDiedError`) must fail its check. The hard SIGKILL storm (`sigkill-storm`) runs here in small: two
+ * workers killed three times, too few kills to use up a retry budget of 5.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
@@ -29,6 +31,17 @@ const sizes: Sizes = {
   settleTimeoutMs: 1000,
   brokerStops: 1,
   brokerDownMs: 500,
+  storm: {
+    messages: 300,
+    seconds: 3,
+    workers: 2,
+    leaseMs: 2000,
+    batchSize: 20,
+    maxRetries: 5,
+    killEveryMs: [700, 1500],
+    minKills: 3,
+    deadlineMs: 90_000
+  },
   // A bound on the drain for a machine that also runs the other scenarios and test files: the storm kills only
   // workers that are up, so the queue drains; the bound only ends a run that would not.
   deadlineMs: 90_000
@@ -80,7 +93,9 @@ describe.concurrent("chaos scenarios, small", () => {
         const failed = result.checks.filter((c) => !c.ok).map((c) => c.name)
         expect(failed, observation.notes.join("\n")).toEqual([])
         // The fault did happen (a kill, a restart, a storm round, an outage, a broker stop, the hostile rows).
-        expect(observation.faults).toBeGreaterThanOrEqual(scenario.name === "sigkill" ? 2 : 1)
+        expect(observation.faults).toBeGreaterThanOrEqual(
+          scenario.name === "sigkill" ? 2 : scenario.name === "sigkill-storm" ? sizes.storm.minKills : 1
+        )
         expect(result.counts.committed).toBeGreaterThan(0)
         expect(result.counts.rolledBack).toBeGreaterThan(0)
       }), 180_000)
@@ -98,6 +113,6 @@ describe("chaos checks", () => {
   it("the self-test on a synthetic result: every corruption caught, the result itself passes", () => {
     const observation = syntheticObservation()
     expect(evaluate(observation).ok).toBe(true)
-    expect(selfTest(observation).map((c) => c.outcome)).toEqual(Array(5).fill("caught"))
+    expect(selfTest(observation).map((c) => c.outcome)).toEqual(Array(6).fill("caught"))
   })
 })
