@@ -53,6 +53,8 @@ const scenario = (options: {
   readonly store: string
   readonly rows: Effect.Effect<ReadonlyArray<Row>, unknown, SqlClient.SqlClient>
   readonly ran: { count: number }
+  /** What the error says to do (default: run the setup with `--idempotency`). */
+  readonly says?: ReadonlyArray<string>
 }) => {
   const logs: Array<string> = []
   const recorder = Logger.make(({ message }) => void logs.push(String(message)))
@@ -64,10 +66,12 @@ const scenario = (options: {
       .pipe(Effect.timeout(atOnce), Effect.flip)
     expect(error._tag).toBe("StorageNotReadyError")
     expect(error.message).toContain(options.store)
-    expect(error.message).toContain("outbox setup-transports --idempotency")
+    for (const words of options.says ?? ["outbox setup-transports --idempotency"]) {
+      expect(error.message).toContain(words)
+    }
     expect(logs.filter((line) => line.includes(": retry #"))).toEqual([])
     expect(logs.filter((line) => line.includes("moved to the failure queue:"))).toEqual([])
-    expect(logs.filter((line) => line.startsWith("outbox worker: stopped (failure: The idempotency table")))
+    expect(logs.filter((line) => line.startsWith("outbox worker: stopped (failure: The idempotency")))
       .toHaveLength(1)
     const rows = yield* options.rows
     expect(rows).toHaveLength(messages)
@@ -119,6 +123,30 @@ describe("an idempotency table that is not set up", () => {
       }).pipe(Effect.provide(freshMysqlDatabase("idem_not_ready"))),
     60_000
   )
+})
+
+describe("an idempotency table the role may not write", () => {
+  // The role's missing grant, simulated for the superuser the tests connect as: the server answers the record's
+  // INSERT with the error of a privilege the role lacks.
+  it.live("PostgreSQL: the worker stops with a StorageNotReadyError naming the grant; every message is untouched", () =>
+    db.withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("idem_denied")
+      const store = uniqueTable("idem_denied_records")
+      const ran = { count: 0 }
+      const stack = outboxStack({ table, handlers: handlers(ran) }).pipe(
+        Layer.provideMerge(PgIdempotencyStore.layer({ table: store, autoSetup: true })),
+        Layer.orDie
+      )
+      const rows = sql<Row>`SELECT queue_name, delivered_at IS NOT NULL AS delivered, delivery_count, headers
+        FROM ${sql(table)} ORDER BY id`
+      yield* Effect.gen(function*() {
+        yield* sql.unsafe(`CREATE FUNCTION ${store}_deny() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN RAISE EXCEPTION 'permission denied for table ${store}' USING ERRCODE = '42501'; END $$`)
+        yield* sql.unsafe(`CREATE TRIGGER deny BEFORE INSERT ON ${store} FOR EACH ROW EXECUTE FUNCTION ${store}_deny()`)
+        yield* scenario({ table, store, rows, ran, says: [`permission denied for table ${store}`, "Least privilege"] })
+      }).pipe(Effect.provide(stack))
+    })))
 })
 
 describe("a failure transport on another backend whose table is not set up", () => {

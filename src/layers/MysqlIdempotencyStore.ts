@@ -14,7 +14,7 @@ import * as Identifier from "../domain/Identifier.js"
 import { IdempotencyStore, type IdempotencyStoreShape } from "../services/IdempotencyStore.js"
 import { validateRetention } from "./internal/purge.js"
 import * as SqlIdempotencyStore from "./internal/sqlIdempotencyStore.js"
-import { isTableNamed, missingTable } from "./mysql/errors.js"
+import { errnoOf, isTableNamed, missingTable } from "./mysql/errors.js"
 import { runMigrations } from "./mysql/migrate.js"
 import * as statements from "./mysql/sql/idempotency.js"
 import { lockName } from "./mysql/sql/identifiers.js"
@@ -114,6 +114,12 @@ export const make = (
           ? messagesTable
           : ""
       },
+      // Privileges the user lacks on a table or a column.
+      denied: (error) => {
+        const errno = errnoOf(error)
+        return errno === 1142 || errno === 1143
+      },
+      grantsSection: "MySQL and MariaDB",
       setupHint: "build the store with `MysqlIdempotencyStore.layer({ autoSetup: true })`"
     })
     if (options.autoSetup === true) yield* setup

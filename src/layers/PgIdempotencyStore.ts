@@ -111,6 +111,8 @@ export const make = (
           (rows) => rows[0]?.locked === true ? Effect.map(body, Option.some) : Effect.succeedNone
         ),
       missingRelation: undefinedTable,
+      denied: (error) => (error.cause as { readonly code?: unknown } | undefined)?.code === "42501",
+      grantsSection: "Least privilege",
       setupHint: "build the store with `PgIdempotencyStore.layer({ autoSetup: true })`"
     })
     if (options.autoSetup === true) yield* setup

@@ -68,6 +68,10 @@ export interface Dialect {
    * for any other failure.
    */
   readonly missingRelation: (error: SqlError) => string | undefined
+  /** Whether a failure says the role lacks a privilege the statement needs: retrying cannot grant it. */
+  readonly denied: (error: SqlError) => boolean
+  /** The README section that lists the grants, for the `StorageNotReadyError` of a privilege the role lacks. */
+  readonly grantsSection: string
   /** What to run to create the table, for the `StorageNotReadyError` message. */
   readonly setupHint: string
 }
@@ -106,9 +110,16 @@ export const make = (
       })
   const toStoreError = (operation: Operation, error: SqlError): StoreError => {
     const relation = dialect.missingRelation(error)
-    return relation !== undefined
-      ? notReady(relation)
-      : new TransportError({ transport: table, operation, message: describeError(error), cause: error })
+    if (relation !== undefined) return notReady(relation)
+    // Not an outage either: a worker stops with it instead of failing every message it handles.
+    if (dialect.denied(error)) {
+      return new StorageNotReadyError({
+        storage: table,
+        message: `The idempotency store ${table} is not usable by this role (${describeError(error)}): grant what ` +
+          `the README's "${dialect.grantsSection}" section lists for a worker`
+      })
+    }
+    return new TransportError({ transport: table, operation, message: describeError(error), cause: error })
   }
   const wrap = (operation: Operation) => <A, R>(self: Effect.Effect<A, SqlError, R>) =>
     Effect.mapError(self, (error) => toStoreError(operation, error))
