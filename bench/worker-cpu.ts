@@ -58,6 +58,7 @@ const stub = (rows: ReadonlyArray<ReceivedMessage>): TransportShape => {
     open: () => Effect.succeed(session),
     ack: () => Effect.void,
     keepalive: () => Effect.void,
+    start: () => Effect.succeed(true),
     release: () => Effect.void
   } as unknown as TransportShape
 }

@@ -62,13 +62,14 @@ const insertRow = (table: string, row: {
   readonly availableAt?: string
   readonly deliveredAt?: string | null
   readonly deliveryCount?: number
+  readonly crashCount?: number
 }) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ id: string }>`INSERT INTO ${sql(table)}
-        (message_id, body, headers, queue_name, created_at, available_at, delivered_at, delivery_count)
+        (message_id, body, headers, queue_name, created_at, available_at, delivered_at, delivery_count, crash_count)
       VALUES (${MessageId.make()}, ${row.body}, ${row.headers}, 'outbox', now(),
               ${row.availableAt ?? "now"}::timestamptz, ${row.deliveredAt ?? null}::timestamptz,
-              ${row.deliveryCount ?? 0})
+              ${row.deliveryCount ?? 0}, ${row.crashCount ?? 0})
       RETURNING id::text`).pipe(Effect.map((rows) => rows[0]!.id), Effect.orDie)
 
 const paidHeaders = Headers.encode(new Headers.Headers({ type: "OrderPaid" }))
@@ -193,7 +194,8 @@ describe("hostile rows", () => {
         const poison = yield* insertRow(table, {
           body: paidBody(4),
           headers: paidHeaders,
-          deliveryCount: 2_147_483_647
+          deliveryCount: 2_147_483_647,
+          crashCount: 2_147_483_647
         })
         yield* Outbox.dispatch(new OrderPaid({ orderId: 5, amount: 1 }))
         expect((yield* admin.stats("outbox")).ready).toBe(4)

@@ -50,7 +50,7 @@ describe("MySQL transport setup", () => {
         const sql = yield* SqlClient.SqlClient
         yield* symfonyTable(indexes)
         const transport = yield* MysqlTransport.make()
-        expect(yield* transport.setup).toEqual(["1_create_messages"])
+        expect(yield* transport.setup).toEqual(["1_create_messages", "2_crash_count"])
         expect(yield* transport.setup).toEqual([])
         const columns = yield* sql<{ name: string; type: string; nullable: string }>`SELECT COLUMN_NAME AS name,
             COLUMN_TYPE AS type, IS_NULLABLE AS nullable FROM information_schema.COLUMNS
@@ -64,7 +64,9 @@ describe("MySQL transport setup", () => {
           "available_at datetime(6) NO",
           "delivered_at datetime(6) YES",
           "message_id char(36) NO",
-          "delivery_count int(11) NO"
+          "delivery_count int(11) NO",
+          "crash_count int(11) NO",
+          "lease_state tinyint(4) NO"
         ])
         const claimIndexes = (yield* indexesOf("messenger_messages")).filter((i) =>
           i.columns === "queue_name,available_at,delivered_at,id"
@@ -87,10 +89,10 @@ describe("MySQL transport setup", () => {
         Array.from({ length: 4 }, () => Effect.flatMap(MysqlTransport.make({ table: "raced" }), (t) => t.setup)),
         { concurrency: "unbounded" }
       )
-      expect(results.flat()).toEqual(["1_create_messages"])
+      expect(results.flat()).toEqual(["1_create_messages", "2_crash_count"])
       const sql = yield* SqlClient.SqlClient
       const recorded = yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM raced_migrations`
-      expect(Number(recorded[0]!.n)).toBe(1)
+      expect(Number(recorded[0]!.n)).toBe(2)
     })))
 
   it.live("before setup, send and claim fail with StorageNotReadyError naming the table and what to run", () =>

@@ -49,7 +49,8 @@ describe("PostgreSQL setup", () => {
         [9, "claim_floor"],
         [10, "autovacuum"],
         [11, "claim_plans"],
-        [12, "wake_trigger"]
+        [12, "wake_trigger"],
+        [13, "crash_count"]
       ])
       // Each table a message passes through is vacuumed after a fixed count of dead row versions, unthrottled.
       const settings = yield* sql<{ name: string; options: ReadonlyArray<string> }>`
@@ -80,7 +81,9 @@ describe("PostgreSQL setup", () => {
         "delivered_at",
         "delivery_count",
         "ordering_key",
-        "ordering_seq"
+        "ordering_seq",
+        "crash_count",
+        "lease_state"
       ])
       expect(columns.find((c) => c.column_name === "message_id")!.data_type).toBe("uuid")
       expect(columns.find((c) => c.column_name === "delivered_at")!.is_nullable).toBe("YES")

@@ -6,6 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as PgSession from "../src/layers/pg/PgSession.js"
 import * as Worker from "../src/programs/worker/Worker.js"
@@ -15,9 +16,55 @@ import { spawnScript } from "./support/cli.js"
 import { testDatabase } from "./support/database.js"
 import { outboxStack, uniqueTable, workerConnections } from "./support/harness.js"
 import { OrderPaid } from "./support/messages.js"
+import { createTestMysqlDatabase, mysqlLayer, mysqlOutboxStack } from "./support/mysql.js"
 
 const db = testDatabase("crash")
 const { withPg } = db
+
+/**
+ * A batch of 20 whose first message kills every worker that runs it (budget: 2 retries), consumed by worker processes
+ * started one after the other, each until it dies or finds nothing to claim; after each death the leases are moved
+ * past their end (no waiting). Returns the deaths, the orders handled and the rows left.
+ */
+const crashLoop = (options: {
+  readonly url: string
+  readonly table: string
+  readonly run: <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) => Effect.Effect<A, E>
+  readonly expire: (sql: SqlClient.SqlClient, table: string) => Effect.Effect<unknown, unknown>
+}) =>
+  Effect.gen(function*() {
+    const { table, url } = options
+    const handled = new Set<number>()
+    let deaths = 0
+    for (let round = 1; round <= 12; round++) {
+      const worker = spawnScript("test/fixtures/crash-loop-worker.ts", [url, table, "60000", "1", "2"], {})
+      const exit = yield* Effect.promise(() => worker.exited)
+      for (const line of worker.lines) if (line.startsWith("HANDLED ")) handled.add(Number(line.slice(8)))
+      if (exit.signal !== "SIGKILL") {
+        expect(exit.code, worker.stderr.join("")).toBe(0)
+        break
+      }
+      deaths++
+      yield* options.run(Effect.flatMap(SqlClient.SqlClient, (sql) => options.expire(sql, table)))
+    }
+    const rows = yield* options.run(Effect.flatMap(
+      SqlClient.SqlClient,
+      (sql) => sql<{ queue_name: string; headers: string }>`SELECT queue_name, headers FROM ${sql(table)}`
+    ))
+    return { deaths, handled, rows }
+  })
+
+/** What the crash loop must end with: the 19 batch-mates handled and gone, the killer alone in the failure queue. */
+const innocentsSurvive = (result: Effect.Effect.Success<ReturnType<typeof crashLoop>>) => {
+  expect([...result.handled].sort((a, b) => a - b)).toEqual(Array.from({ length: 19 }, (_, i) => i + 2))
+  expect(result.rows.map((row) => [row.queue_name, JSON.parse(row.headers).errorDetails?.tag])).toEqual([
+    ["failed", "WorkerDiedError"]
+  ])
+  expect(JSON.parse(result.rows[0]!.headers).errorDetails.message).toContain("alone")
+  // Its first death is charged to nobody (it ran beside others, unmarked); then one per start, alone: a budget of
+  // 2 retries allows 3 such starts, and the fifth delivery moves it to the failure queue without running it.
+  expect(result.deaths).toBe(4)
+}
 
 /** Starts the hanging worker and resolves with the process once its handler has started a message. */
 const startHangingWorker = (table: string, leaseMs: number) =>
@@ -81,6 +128,61 @@ describe("crash recovery", () => {
         }).pipe(Effect.provide(stack), Effect.scoped)
       })),
     60_000
+  )
+
+  it.live(
+    "a message that kills every worker ends in the failure queue; its 19 batch-mates are handled, none failed",
+    () =>
+      withPg(Effect.gen(function*() {
+        const table = uniqueTable("crash_loop")
+        yield* Outbox.Outbox.pipe(
+          Effect.flatMap((outbox) =>
+            outbox.dispatchAll(Array.from({ length: 20 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+          ),
+          Effect.provide(outboxStack({ table, handlers: [] }))
+        )
+        innocentsSurvive(
+          yield* crashLoop({
+            url: db.url,
+            table,
+            run: withPg,
+            expire: (sql, table) =>
+              sql`UPDATE ${sql(table)} SET delivered_at = delivered_at - interval '1 hour'
+                WHERE delivered_at IS NOT NULL`
+          })
+        )
+      })),
+    180_000
+  )
+
+  it.live(
+    "on MariaDB too: a message that kills every worker ends in the failure queue, its batch-mates are handled",
+    () =>
+      Effect.gen(function*() {
+        const url = yield* Effect.promise(() => createTestMysqlDatabase("crash_loop"))
+        const withMysql = <A, E>(self: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+          Effect.provide(self, Layer.orDie(mysqlLayer(url)))
+        const table = uniqueTable("crash_loop")
+        yield* withMysql(
+          Outbox.Outbox.pipe(
+            Effect.flatMap((outbox) =>
+              outbox.dispatchAll(Array.from({ length: 20 }, (_, i) => new OrderPaid({ orderId: i + 1, amount: 1 })))
+            ),
+            Effect.provide(mysqlOutboxStack({ table, handlers: [] }))
+          )
+        )
+        innocentsSurvive(
+          yield* crashLoop({
+            url,
+            table,
+            run: withMysql,
+            expire: (sql, table) =>
+              sql`UPDATE ${sql(table)} SET delivered_at = delivered_at - INTERVAL 1 HOUR
+                WHERE delivered_at IS NOT NULL`
+          })
+        )
+      }),
+    180_000
   )
 
   it.live(

@@ -83,6 +83,16 @@ export interface ReceivedMessage {
   readonly deliveries: number
   /** The message's ordering key, when it was sent with one. */
   readonly orderingKey?: string
+  /**
+   * The deliveries charged to the message (where the transport counts deliveries): its handler ran alone, after a
+   * redelivery, and its worker died or lost the lease before an outcome. Absent: `deliveries - 1 - retries`.
+   */
+  readonly crashes?: number
+  /**
+   * Its previous lease ended with no outcome (neither acked, retried, released nor failed): it may have killed its
+   * worker. The worker records its start (`Transport.start`) and runs it alone, so a crash is charged to it only.
+   */
+  readonly redelivered?: boolean
 }
 
 /**

@@ -8,7 +8,7 @@
  * | every handler succeeded | `Ack` |
  * | interrupted (shutdown) before an outcome | `Release` (given back, not counted as a delivery) |
  * | corrupt headers or body, unknown type, no handler | `Fail` |
- * | more deliveries than recorded retries (a worker died on it) and the strategy gives up | `Fail` with `WorkerDiedError` |
+ * | deliveries charged as crashes (a worker died while it ran alone, see `workerDied`) and the strategy gives up | `Fail` with `WorkerDiedError` |
  * | a `RecoverableMessageHandlingError` | `Retry` after its `retryDelay` (the shortest), else the strategy's delay, else the last delay |
  * | only `UnrecoverableMessageHandlingError`s | `Fail` |
  * | any other failure or defect | `Retry` after the strategy's delay, or `Fail` once it gives up |
@@ -204,27 +204,32 @@ const describe = (value: unknown): string => {
 }
 
 /**
- * Deliveries are counted at each claim: those beyond `1 + retries` recorded no outcome — a worker died or lost
- * its lease on the message. Returns the error to ask the strategy about, with the attempt it stands for, or
- * `None` when every earlier delivery has an outcome.
+ * The deliveries that recorded no outcome and count against the message: its `crashes` where the transport charges
+ * them (a delivery whose handler ran alone and whose worker died or lost the lease — never one that only claimed
+ * it), else the deliveries beyond `1 + retries`. Returns the error to ask the strategy about, with the attempt it
+ * stands for, or `None` when none counts.
  *
  * @since 0.1.0
  * @category rules
  */
 export const workerDied = (
   transport: string,
-  deliveries: number,
+  delivery: { readonly deliveries: number; readonly crashes?: number | undefined },
   headers: Headers.Headers
 ): Option.Option<Question & { readonly error: WorkerDiedError }> => {
   const retries = Headers.retryCount(headers)
-  const crashes = deliveries - 1 - retries
+  const { deliveries } = delivery
+  const crashes = delivery.crashes ?? deliveries - 1 - retries
   if (!(crashes > 0)) return Option.none()
   return Option.some({
     transport,
-    attempt: retries + crashes,
+    attempt: Math.min(retries + crashes, Number.MAX_SAFE_INTEGER),
     error: new WorkerDiedError({
-      message: `A worker died or lost its lease while handling this message (${crashes} of ${deliveries} ` +
-        `deliveries recorded no outcome)`,
+      message: delivery.crashes === undefined
+        ? `A worker died or lost its lease while handling this message (${crashes} of ${deliveries} ` +
+          `deliveries recorded no outcome)`
+        : `A worker died or lost its lease while handling this message alone (${crashes} of ${deliveries} ` +
+          `deliveries recorded no outcome)`,
       deliveries
     })
   })

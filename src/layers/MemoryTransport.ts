@@ -38,6 +38,10 @@ interface Row {
   readonly availableAt: number
   readonly deliveredAt: number | null
   readonly deliveries: number
+  /** The deliveries charged to the message (see `Transport.start`). */
+  readonly crashes: number
+  /** The lease: 0 a first delivery, 1 a redelivery (the previous lease ended with no outcome), 2 one started. */
+  readonly leaseState: 0 | 1 | 2
   readonly orderingKey: string | null
   /** In a failure transport: the transport whose key this message blocks (until it is retried or removed). */
   readonly blocks: string | null
@@ -174,7 +178,15 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
           if (row.orderingKey !== null && (heads.get(row.orderingKey) !== row.id || blocked.has(row.orderingKey))) {
             continue
           }
-          const next = { ...row, deliveredAt: now, deliveries: row.deliveries + 1 }
+          // As PostgreSQL's claim: a lease that ended with no outcome after its handler started alone is a crash.
+          const redelivered = row.deliveredAt !== null
+          const next: Row = {
+            ...row,
+            deliveredAt: now,
+            deliveries: row.deliveries + 1,
+            crashes: redelivered && row.leaseState === 2 ? row.crashes + 1 : row.crashes,
+            leaseState: redelivered ? 1 : 0
+          }
           rows.set(row.id, next)
           claimed.push({
             id: next.id,
@@ -185,6 +197,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             createdAt: new Date(next.createdAt),
             availableAt: new Date(next.availableAt),
             deliveries: next.deliveries,
+            crashes: next.crashes,
+            redelivered,
             ...(next.orderingKey === null ? {} : { orderingKey: next.orderingKey })
           })
         }
@@ -223,6 +237,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
               availableAt: now + m.delayMs,
               deliveredAt: null,
               deliveries: 0,
+              crashes: 0,
+              leaseState: 0,
               orderingKey: m.orderingKey ?? null,
               blocks: null
             })
@@ -273,6 +289,18 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             blocks: blocksKeys && row.orderingKey !== null ? message.transport : null
           }))
           if (!blocksKeys) hint(message.transport)
+        }),
+      start: (message) =>
+        Effect.gen(function*() {
+          const { leaseMs } = yield* lookup(message.transport)
+          const now = yield* Clock.currentTimeMillis
+          const row = rows.get(message.id)
+          if (
+            row === undefined || row.queueName !== message.transport || row.leaseState !== 1 ||
+            row.deliveredAt === null || row.deliveredAt < now - leaseMs
+          ) return false
+          rows.set(row.id, { ...row, leaseState: 2 })
+          return true
         }),
       keepalive: (name, ids) =>
         Effect.flatMap(
@@ -333,6 +361,8 @@ export const make = (options: Options = {}): Effect.Effect<MemoryTransportShape,
             availableAt: now,
             deliveredAt: null,
             deliveries: 0,
+            crashes: 0,
+            leaseState: 0,
             headers: Headers.encode(headers),
             blocks: null
           })

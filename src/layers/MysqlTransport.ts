@@ -188,6 +188,14 @@ export const make = (
               Headers.encode(headers)
             ).pipe(wrap(message.transport, "fail"), Effect.asVoid)
             : Effect.void),
+      start: (message) =>
+        Effect.flatMap(lookup(message.transport), (transport) =>
+          isRowId(message.id)
+            ? statements.start(transport.queueName, message.id, transport.redeliverTimeoutMs).raw.pipe(
+              wrap(message.transport, "start"),
+              Effect.map((result) => affectedRows(result) === 1)
+            )
+            : Effect.succeed(false)),
       keepalive: (name, ids) => withIds(name, "keepalive", ids, statements.keepalive),
       release: (name, ids) =>
         withIds(

@@ -247,6 +247,14 @@ export const make = (
             Headers.encode(headers),
             transport.blocksKeys
           ).pipe(wrap(message.transport, "fail"), Effect.asVoid)),
+      start: (message) =>
+        Effect.flatMap(lookup(message.transport), (transport) =>
+          statements.start(transport.queueName, message.id, transport.redeliverTimeoutMs).pipe(
+            wrap(message.transport, "start"),
+            Effect.map((rows) =>
+              rows.length === 1
+            )
+          )),
       keepalive: (name, ids) => withIds(name, "keepalive", ids, statements.keepalive),
       release: (name, ids) =>
         withIds(name, "release", ids, (queue, values) =>
@@ -278,7 +286,8 @@ export const make = (
           const valid = ids.filter(isRowId)
           return valid.length === 0
             ? Effect.succeed(0)
-            : Effect.map(statements.remove(queueName, valid).pipe(wrap(name, "remove")), (rows) => rows.length)
+            : Effect.map(statements.remove(queueName, valid).pipe(wrap(name, "remove")), (rows) =>
+              rows.length)
         }),
       move: (from, id, { headers, to }) =>
         Effect.gen(function*() {

@@ -222,6 +222,7 @@ const makeWith = (
         }),
       ack: (name) => lookup(name),
       keepalive: (name) => lookup(name),
+      start: (message) => Effect.as(lookup(message.transport), true),
       release: (name) => lookup(name),
       retry: (message) => unsupported(message.transport, "retry"),
       fail: (message) => unsupported(message.transport, "fail"),

@@ -165,6 +165,7 @@ export const make = (
       retry: (message, options) => Effect.flatMap(lookup(message.transport), (b) => b.retry(message, options)),
       fail,
       keepalive: (name, ids) => Effect.flatMap(lookup(name), (b) => b.keepalive(name, ids)),
+      start: (message) => Effect.flatMap(lookup(message.transport), (b) => b.start(message)),
       release: (name, ids) => Effect.flatMap(lookup(name), (b) => b.release(name, ids)),
       setup: Effect.map(Effect.forEach(backends, (backend) => backend.setup), (applied) => applied.flat()),
       list: (name, options) => Effect.flatMap(lookup(name), (b) => b.list(name, options)),

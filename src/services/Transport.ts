@@ -30,8 +30,12 @@ export interface Capabilities {
   /** `TransportAdmin.list`, `find`, `remove` and `move` work on this transport. */
   readonly browsing: boolean
   /**
-   * Every claim is counted in `deliveries`, so deliveries beyond the recorded retries mean a worker died on
-   * the message (poison detection). Without it `deliveries` is `1 + retries`.
+   * Every claim is counted in `deliveries`, and the store charges a message the deliveries it really crashed
+   * (poison detection): a claim reports a message whose previous lease ended with no outcome as `redelivered`, the
+   * worker records the start of its handler (`start`) and runs it alone, and a lease that ends with no outcome after
+   * such a start is counted in `crashes` by the next claim. A delivery whose handler never started (a dead worker's
+   * prefetched or unstarted messages), or ran beside others, is never charged. Without it `deliveries` is
+   * `1 + retries` and nothing is charged.
    */
   readonly countsDeliveries: boolean
   /** The transport id of a message stays the same for its whole life (in place, never a copy). */
@@ -105,6 +109,9 @@ export interface Session {
  *   place; otherwise as a copy whose original is then acked).
  * - `keepalive` renews leases; `release` gives claimed-but-unstarted messages back at once (their claim does
  *   not count as a delivery).
+ * - with `countsDeliveries`, a claim reports a message whose last lease ended with no outcome as `redelivered`;
+ *   `start` marks such a message's handler as started, and only a lease that ends with no outcome after that mark
+ *   adds one to its `crashes` (the next claim does). Acks, retries, releases and failures never charge one.
  * - ack, retry, fail, keepalive and release touch only messages of the transport they name.
  *
  * @since 0.1.0
@@ -150,6 +157,13 @@ export interface TransportShape {
     transport: string,
     ids: ReadonlyArray<string>
   ) => Effect.Effect<void, TransportError | UnknownTransportError>
+  /**
+   * Records, durably and before its handler runs, that a `redelivered` message starts — alone: should its lease end
+   * with no outcome, the next claim charges the crash to it. Succeeds with `false`, writing nothing, when the
+   * message's lease is no longer the caller's (it must not run). A backend that does not count deliveries answers
+   * `true`.
+   */
+  readonly start: (message: ReceivedMessage) => Effect.Effect<boolean, TransportError | UnknownTransportError>
 }
 
 /**

@@ -14,6 +14,7 @@ import type * as Scope from "effect/Scope"
 import type { TransportBackend } from "../services/TransportAdmin.js"
 import * as Admin from "./transport/admin.js"
 import * as Claims from "./transport/claims.js"
+import * as Crashes from "./transport/crashes.js"
 import * as Ordering from "./transport/ordering.js"
 import * as Settling from "./transport/settling.js"
 import * as Shared from "./transport/shared.js"
@@ -70,6 +71,7 @@ export const exerciseTransport = <R>(backend: BackendUnderTest<R>): void =>
 
     Claims.register(when)
     Settling.register(when)
+    Crashes.register(when)
     Admin.register(when)
     Ordering.register(when)
   })

@@ -298,12 +298,20 @@ describe("Outcome.errorDetails of an error without a message", () => {
 })
 
 describe("Outcome.workerDied", () => {
-  it("counts deliveries beyond the recorded retries as deaths", () => {
-    expect(Outcome.workerDied("outbox", 1, fresh)).toEqual(Option.none())
-    expect(Outcome.workerDied("outbox", 3, retried(2))).toEqual(Option.none())
-    const died = Option.getOrThrow(Outcome.workerDied("outbox", 4, retried(1)))
+  it("without charged crashes, counts deliveries beyond the recorded retries as deaths", () => {
+    expect(Outcome.workerDied("outbox", { deliveries: 1 }, fresh)).toEqual(Option.none())
+    expect(Outcome.workerDied("outbox", { deliveries: 3 }, retried(2))).toEqual(Option.none())
+    const died = Option.getOrThrow(Outcome.workerDied("outbox", { deliveries: 4 }, retried(1)))
     expect(died.attempt).toBe(3)
     expect(died.error).toBeInstanceOf(WorkerDiedError)
     expect(died.error.deliveries).toBe(4)
+  })
+
+  it("with charged crashes, counts only those: deliveries that only claimed the message are not deaths", () => {
+    expect(Outcome.workerDied("outbox", { deliveries: 9, crashes: 0 }, retried(1))).toEqual(Option.none())
+    const died = Option.getOrThrow(Outcome.workerDied("outbox", { deliveries: 9, crashes: 2 }, retried(1)))
+    expect(died.attempt).toBe(3)
+    expect(died.error.deliveries).toBe(9)
+    expect(died.error.message).toContain("alone (2 of 9 deliveries recorded no outcome)")
   })
 })

@@ -308,6 +308,8 @@ export const make = (options: Options): Effect.Effect<AmqpTransportShape, Outbox
       retry,
       fail,
       keepalive: (name) => Effect.asVoid(lookup(name)),
+      // Deliveries are not counted here (see the module's doc): no message is reported `redelivered`.
+      start: (message) => Effect.as(lookup(message.transport), true),
       release: (name, ids) =>
         Effect.flatMap(
           lookup(name),

@@ -156,7 +156,11 @@ const toReceived = (name: string) => (row: StoredRow): ReceivedMessage => ({
   createdAt: dateOf(row.created_us),
   availableAt: dateOf(row.available_us),
   // As counted by the lease the claim wrote (which stops at the column's limit).
-  deliveries: Math.min(Number(row.delivery_count) + 1, maxDeliveryCount)
+  deliveries: Math.min(Number(row.delivery_count) + 1, maxDeliveryCount),
+  crashes: row.delivered_us !== null && Number(row.lease_state) === 2
+    ? Math.min(Number(row.crash_count) + 1, maxDeliveryCount)
+    : Number(row.crash_count),
+  redelivered: row.delivered_us !== null
 })
 
 /**

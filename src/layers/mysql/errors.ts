@@ -11,6 +11,9 @@ import { storageNotReady as notReady } from "../internal/storageErrors.js"
 /** `ER_NO_SUCH_TABLE`. */
 const noSuchTable = 1146
 
+/** `ER_BAD_FIELD_ERROR`: a column a later migration adds is missing — the table is older than this version. */
+const noSuchColumn = 1054
+
 /** Privileges the user lacks: on a table, a column, a routine, a database. */
 const denied = new Set([1142, 1143, 1370, 1044])
 
@@ -42,7 +45,8 @@ export const isTableNamed = (named: string, table: string): boolean => named ===
 /** Whether the storage cannot be used as it is: missing, or not granted. Neither is retried. @internal */
 export const isStorageUnusable = (error: SqlError): boolean => {
   const errno = errnoOf(error)
-  return errno !== undefined && (errno === noSuchTable || errno === statementBinlog || denied.has(errno))
+  return errno !== undefined &&
+    (errno === noSuchTable || errno === noSuchColumn || errno === statementBinlog || denied.has(errno))
 }
 
 /** The error of a table that is missing or not granted, with what to do about it. @internal */

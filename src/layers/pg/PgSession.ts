@@ -254,5 +254,7 @@ const toReceived = (name: string) => (row: ClaimedRow): ReceivedMessage => ({
   createdAt: dateOf(row.created_ms),
   availableAt: dateOf(row.available_ms!),
   deliveries: row.delivery_count,
+  crashes: row.crash_count,
+  redelivered: row.redelivered,
   ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key })
 })

@@ -1,6 +1,7 @@
 /**
- * One claimed batch: its messages handled in the runner (at the configured concurrency), each outcome
- * recorded, the unstarted messages given back; on shutdown, the handlers in flight get `shutdownTimeout`.
+ * One claimed batch: its messages handled in the runner (at the configured concurrency) — its redelivered ones
+ * after the others, one at a time, each start recorded first (see `Transport.start`) — each outcome recorded, the
+ * unstarted messages given back; on shutdown, the handlers in flight get `shutdownTimeout`.
  *
  * @internal
  */
@@ -208,6 +209,27 @@ export const process = (
         run(row, index, timed ? clock.unsafeCurrentTimeMillis() : 0, MessageLogs.slotOf(fiber))
       )
 
+    // A redelivered message (its last lease ended with no outcome: it may have killed its worker) runs alone, its
+    // start recorded first, so that a crash while it runs is charged to it and to no other. What the batch finished
+    // is written before it starts: a crash must not bring those back as if they had run alone.
+    const alone = (row: ReceivedMessage, index: number) =>
+      Effect.suspend(() => {
+        if (draining || Limits.reached(limits, clock.unsafeCurrentTimeMillis()) !== undefined) return Effect.void
+        const started = transport.start(row).pipe(
+          Effect.retry({ schedule: acks.writeRetry, while: (error) => error._tag === "TransportError" })
+        )
+        return Effect.flatMap(Effect.zipRight(Acks.flush(acks, transport), started), (ours) => {
+          if (ours) return one(row, index)
+          // Its lease ran out before its turn (another worker may hold it now): nothing to record, nothing to give back.
+          progress[index] = finished
+          Acks.settled(acks, name, [row.id])
+          return Effect.logWarning(
+            `outbox worker: ${row.messageId} not started: its lease ran out while it waited for its turn`
+          )
+        })
+      })
+    const suspects = countsDeliveries ? suspectsOf(batch) : undefined
+
     // The acks of the batch ride on the next claim or go to the writer; what was claimed but not started (a
     // limit, shutdown, a failure mid-batch) goes back at once.
     const settle = Effect.suspend(() => {
@@ -282,7 +304,17 @@ export const process = (
       onStart()
       const stopTimer = Acks.batchStarted(acks, batch.length)
       const work = runner.submit(
-        batch.length === 1 ? one(batch[0]!, 0) : Effect.forEach(batch, one, { concurrency, discard: true })
+        suspects === undefined
+          ? batch.length === 1 ? one(batch[0]!, 0) : Effect.forEach(batch, one, { concurrency, discard: true })
+          : Effect.forEach(
+            batch,
+            (row, index) => row.redelivered === true ? Effect.void : one(row, index),
+            { concurrency, discard: true }
+          ).pipe(
+            Effect.zipRight(Effect.forEach(suspects, (index) => alone(batch[index]!, index), { discard: true })),
+            // The last one's ack too: the next batch's first message must not bring it back.
+            Effect.zipRight(Effect.suspend(() => Acks.flush(acks, transport)))
+          )
       )
       return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
         stopTimer()
@@ -294,3 +326,15 @@ export const process = (
       })
     })
   })
+
+/**
+ * The indices of a batch's redelivered messages, those charged with fewer crashes first (a known crasher runs after
+ * the others), or `undefined` when there is none.
+ */
+const suspectsOf = (batch: ReadonlyArray<ReceivedMessage>): Array<number> | undefined => {
+  let suspects: Array<number> | undefined
+  for (let i = 0; i < batch.length; i++) {
+    if (batch[i]!.redelivered === true) (suspects ??= []).push(i)
+  }
+  return suspects?.sort((a, b) => (batch[a]!.crashes ?? 0) - (batch[b]!.crashes ?? 0) || a - b)
+}

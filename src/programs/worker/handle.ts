@@ -117,7 +117,7 @@ export const handle = (
   const { envelope, handlers } = decoded.right
   if (logs !== undefined) logs.envelope = envelope
   const traced = tracing === undefined ? undefined : Tracing.start(tracing, row, envelope.headers)
-  const died = countsDeliveries ? Outcome.workerDied(row.transport, row.deliveries, envelope.headers) : Option.none()
+  const died = countsDeliveries ? Outcome.workerDied(row.transport, row, envelope.headers) : Option.none()
   const handling = Option.isSome(died)
     ? Effect.flatMap(strategy.delayFor(died.value), (answer) =>
       Option.isNone(answer)

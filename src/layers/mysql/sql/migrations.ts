@@ -93,5 +93,14 @@ export const migrations = (table: string): ReadonlyArray<Migration> => {
         run: `CREATE INDEX ${quote(indexName(table, "_message_id_idx"))} ON ${t} (message_id)`
       }
     ]
+  }, {
+    // Crashes charged only to the message that caused them (see `claimTexts`): added in place, no row rewritten
+    // (an instant ADD COLUMN on MySQL ≥ 8.0.12 and MariaDB ≥ 10.3).
+    id: 2,
+    name: "crash_count",
+    steps: [
+      addColumn(table, "crash_count", "INT NOT NULL DEFAULT 0"),
+      addColumn(table, "lease_state", "TINYINT NOT NULL DEFAULT 0")
+    ]
   }]
 }

@@ -19,6 +19,10 @@ export interface StoredRow {
   readonly available_us: number
   readonly delivered_us: number | null
   readonly delivery_count: number
+  /** The crashes charged to the message before this claim (migration 2). */
+  readonly crash_count: number
+  /** 0 a first delivery, 1 a redelivery, 2 a redelivery whose handler started (migration 2). */
+  readonly lease_state: number
 }
 
 /** One message to insert. @internal */
@@ -53,7 +57,8 @@ const epochUs = (column: string) => `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:0
 
 /** The columns a claim and the operator reads return. @internal */
 export const columns = `CAST(id AS CHAR) AS id, message_id, body, headers, ${epochUs("created_at")} AS created_us, ` +
-  `${epochUs("available_at")} AS available_us, ${epochUs("delivered_at")} AS delivered_us, delivery_count`
+  `${epochUs("available_at")} AS available_us, ${epochUs("delivered_at")} AS delivered_us, delivery_count, ` +
+  "crash_count, lease_state"
 
 /** Microseconds of a delay or a lease, as an integer the server takes in `INTERVAL … MICROSECOND`. */
 const micros = (ms: number): number => Math.max(0, Math.round(ms * 1000))
@@ -104,10 +109,20 @@ export const claimTexts = (table: string) => {
         statements: (own ? 2 : 0) + (withAcks ? 1 : 0) + 1
       }
     },
-    /** `ids`; committed when the claim is its own transaction. */
+    /**
+     * `ids`; committed when the claim is its own transaction. `lease_state` says what the new lease is: 1 a
+     * redelivery — the row's previous lease ended with no outcome (acks delete, retries, releases and failures clear
+     * `delivered_at`) — else 0; the worker sets 2 when the handler of a redelivery starts, alone (`start`).
+     * `crash_count` grows only when a lease that reached 2 ended with no outcome: a worker that only claimed the row,
+     * or ran it beside others, charges it nothing. MySQL assigns left to right, each assignment seeing the ones
+     * before it: the counts come before the columns they read.
+     */
     lease: (commit: boolean) =>
-      // The count stops at the column's limit (a value written by hand): the claim never fails on it.
-      `UPDATE ${t} SET delivered_at = UTC_TIMESTAMP(6),
+      // The counts stop at the column's limit (a value written by hand): the claim never fails on it.
+      `UPDATE ${t} SET
+        crash_count = crash_count + (delivered_at IS NOT NULL AND lease_state = 2 AND crash_count < ${maxDeliveryCount}),
+        lease_state = (delivered_at IS NOT NULL),
+        delivered_at = UTC_TIMESTAMP(6),
         delivery_count = delivery_count + (delivery_count < ${maxDeliveryCount})
       WHERE id IN (?);${commit ? " COMMIT;" : ""}`,
     /**
@@ -165,6 +180,11 @@ export const make = (sql: SqlClient.SqlClient, table: string) => {
       sql`UPDATE ${t} SET queue_name = ${failureQueue}, available_at = UTC_TIMESTAMP(6), delivered_at = NULL,
           headers = ${headers}
         WHERE id = ${idValues([id])[0]!} AND queue_name = ${queue}`,
+    /** The handler of a redelivered message starts (`lease_state` 2), while its lease is the caller's. */
+    start: (queue: string, id: string, leaseMs: number) =>
+      sql`UPDATE ${t} SET lease_state = 2
+        WHERE id = ${idValues([id])[0]!} AND queue_name = ${queue} AND lease_state = 1
+          AND delivered_at >= UTC_TIMESTAMP(6) - INTERVAL ${micros(leaseMs)} MICROSECOND`,
     keepalive: (queue: string, values: ReadonlyArray<string>) =>
       sql`UPDATE ${t} SET delivered_at = UTC_TIMESTAMP(6)
         WHERE queue_name = ${queue} AND id IN ${ids(values)} AND delivered_at IS NOT NULL`,
@@ -181,7 +201,7 @@ export const make = (sql: SqlClient.SqlClient, table: string) => {
       sql`DELETE FROM ${t} WHERE queue_name = ${queue} AND id IN ${ids(values)}`,
     move: (fromQueue: string, id: string, toQueue: string, headers: string) =>
       sql`UPDATE ${t} SET queue_name = ${toQueue}, available_at = UTC_TIMESTAMP(6), delivered_at = NULL,
-          delivery_count = 0, headers = ${headers}
+          delivery_count = 0, crash_count = 0, lease_state = 0, headers = ${headers}
         WHERE id = ${idValues([id])[0]!} AND queue_name = ${fromQueue}`,
     /** As the claim counts them. */
     stats: (queue: string, failureQueue: string, leaseMs: number) => {

@@ -19,6 +19,7 @@ import {
   claimFunctionV9
 } from "./claimFunctions.js"
 import { claimFunctionV11 } from "./claimFunctionV11.js"
+import { claimFunctionV13 } from "./claimFunctionV13.js"
 import { claimFunction, keySequences, keyStates, quote, waitingWorkers, wakeFunction } from "./identifiers.js"
 
 /** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
@@ -213,6 +214,16 @@ export const loader = (table: string) => {
     "12_wake_trigger": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
       for (const statement of wakeTriggerV12(table, t, quote(waitingWorkers(table)))) yield* sql.unsafe(statement)
+    }),
+    // Crashes charged only to the message that caused them (see `claimFunctionV13.ts`). The columns' defaults are
+    // constants: adding them rewrites no row. The claim's result has new columns: the function is replaced, not
+    // redefined, with the same arguments — workers of the previous version call it as they did.
+    "13_crash_count": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      yield* sql.unsafe(`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS crash_count integer NOT NULL DEFAULT 0`)
+      yield* sql.unsafe(`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS lease_state smallint NOT NULL DEFAULT 0`)
+      yield* sql.unsafe(`DROP FUNCTION IF EXISTS ${fn}(text, float8, int, bigint[], boolean, float8)`)
+      yield* sql.unsafe(claimFunctionV13(t, fn, quote(keySequences(table)), quote(keyStates(table))))
     })
   })
 }

@@ -43,6 +43,10 @@ export interface ClaimedRow {
   readonly available_ms: number | null
   readonly delivery_count: number
   readonly ordering_key: string | null
+  /** The deliveries charged to the message (migration 13). */
+  readonly crash_count: number
+  /** Its previous lease ended with no outcome (migration 13). */
+  readonly redelivered: boolean
 }
 
 /** One message to insert. @internal */
@@ -67,8 +71,8 @@ export interface StatsRow {
 /**
  * The claim call as text, as the worker's session sends it on its own connection: $1 queue, $2 lease in ms,
  * $3 batch size, $4 the ids to delete first (bigint[]), $5 relaxed commit (the claim is its own transaction),
- * $6 the floor of the unkeyed scan (epoch ms, NULL: from the start). The function is migration 11's
- * (`claimFunctionV11.ts`; the signature is migration 9's).
+ * $6 the floor of the unkeyed scan (epoch ms, NULL: from the start). The function is migration 13's
+ * (`claimFunctionV13.ts`; the arguments are migration 9's).
  *
  * @internal
  */
@@ -214,6 +218,15 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
           UPDATE ${keys} AS k SET
             blocked_by = CASE WHEN ${blocksKey} THEN changed.id ELSE k.blocked_by END, due_at = now()
           FROM changed WHERE k.queue_name = ${queue} AND k.ordering_key = changed.ordering_key`,
+    /**
+     * The handler of a redelivered message starts (`lease_state` 2, see `claimFunctionV13.ts`), while its lease is
+     * the caller's: claimed as a redelivery, not started yet, not run out. Returns the row when it was marked.
+     */
+    start: (queue: string, id: string, leaseMs: number) =>
+      sql`UPDATE ${t} SET lease_state = 2
+        WHERE id = ${id}::bigint AND queue_name = ${queue} AND lease_state = 1
+          AND delivered_at >= ${lease(leaseMs)} AND delivered_at <> 'infinity'
+        RETURNING 1`,
     keepalive: (queue: string, values: ReadonlyArray<string>) =>
       sql`UPDATE ${t} SET delivered_at = now()
           WHERE id = ANY(${ids(values)}) AND queue_name = ${queue} AND delivered_at IS NOT NULL`,
@@ -274,7 +287,7 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
       notifying(
         toQueue,
         sql`UPDATE ${t} SET queue_name = ${toQueue}, available_at = now(),
-          delivered_at = NULL, delivery_count = 0, headers = ${headers}
+          delivered_at = NULL, delivery_count = 0, crash_count = 0, lease_state = 0, headers = ${headers}
         WHERE id = ${id}::bigint AND queue_name = ${fromQueue}`
       ),
     /** A moved message no longer blocks its key (run before `dueWhereMoved`). */
