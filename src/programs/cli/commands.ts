@@ -10,7 +10,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { TransportStats } from "../../domain/Envelope.js"
-import { describeError } from "../../internal/describeError.js"
 import * as PgCompaction from "../../layers/PgCompaction.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
@@ -21,6 +20,7 @@ import * as WorkerHealth from "../WorkerHealth.js"
 import { CliDialect } from "./dialects.js"
 import { Deployment, type Environment } from "./environment.js"
 import { formatAge, formatBytes, headline, parseDurationMs, renderTable, truncate } from "./format.js"
+import * as Optional from "./optional.js"
 import {
   CliError,
   dsn,
@@ -121,15 +121,7 @@ const withMetricsEndpoint = <A, E, R>(
   run: (observed: Partial<Worker.WorkerOptions>) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function*() {
-    const MetricsServer = yield* Effect.tryPromise({
-      try: () => import("../observability/MetricsServer.js"),
-      catch: (error) =>
-        new CliError({
-          message: `--metrics-port needs the OpenTelemetry packages (README, "Metrics endpoint"): ${
-            describeError(error)
-          }`
-        })
-    })
+    const MetricsServer = yield* Optional.load(Optional.metrics, () => import("../observability/MetricsServer.js"))
     const health = WorkerHealth.make(
       Option.match(stallAfterSeconds, { onNone: () => ({}), onSome: (s) => ({ stallAfter: Duration.seconds(s) }) })
     )
