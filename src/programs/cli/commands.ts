@@ -48,6 +48,7 @@ const consumeOptions = {
   timeLimit: positive("time-limit").pipe(Options.withDescription("Stop after N seconds"), Options.optional),
   memoryLimit,
   sleep: Options.float("sleep").pipe(
+    Options.withPseudoName("SECONDS"),
     Options.withDescription("Seconds to wait when every transport is empty"),
     withShownDefault(1)
   ),
@@ -60,6 +61,7 @@ const consumeOptions = {
     withShownDefault(1)
   ),
   shutdownTimeout: Options.float("shutdown-timeout").pipe(
+    Options.withPseudoName("SECONDS"),
     Options.withDescription("Seconds in-flight handlers may run on after SIGTERM/SIGINT"),
     withShownDefault(30)
   ),
@@ -69,6 +71,7 @@ const consumeOptions = {
   ),
   verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration")),
   metricsPort: Options.integer("metrics-port").pipe(
+    Options.withPseudoName("PORT"),
     Options.withDescription("Serve /metrics, /healthz and /readyz on this port (and sample the queue gauges)"),
     Options.mapEffect((n) =>
       n >= 0 && n <= 65535
@@ -244,6 +247,7 @@ export const make = (options: CliOptions, environment: Environment) => {
     {
       dsn,
       olderThan: Options.text("older-than").pipe(
+        Options.withPseudoName("DURATION"),
         Options.withDescription("Delete records processed longer ago than this (e.g. 30d, 12h, 90 minutes)"),
         Options.mapEffect((text) => {
           const ms = parseDurationMs(text)
