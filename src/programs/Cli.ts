@@ -100,7 +100,9 @@ export const make = (options: CliOptions = {}) => {
 }
 
 /**
- * Runs a command tree on `argv` (`process.argv`): an Effect that fails with the command's error.
+ * Runs a command tree on `argv` (`process.argv`): an Effect that fails with the command's error. Before
+ * `@effect/cli` parses them, the arguments are checked (an unknown option or command fails with a `CliError` naming
+ * the nearest valid one; options before the command are moved after it), and `--help` is rendered here.
  *
  * @since 0.1.0
  * @category runners
