@@ -31,7 +31,6 @@ import {
   positiveSeconds,
   size,
   target,
-  verbose,
   withShownDefault
 } from "./options.js"
 
@@ -69,7 +68,10 @@ const consumeOptions = {
     Options.withDescription("Seconds one handler run may take before it is interrupted and its message retried"),
     withShownDefault(900)
   ),
-  verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration")),
+  verbose: Options.boolean("verbose").pipe(
+    Options.withAlias("v"),
+    Options.withDescription("One line per message: id, type, outcome, duration")
+  ),
   metricsPort: Options.integer("metrics-port").pipe(
     Options.withPseudoName("PORT"),
     Options.withDescription("Serve /metrics, /healthz and /readyz on this port (and sample the queue gauges)"),
@@ -200,7 +202,14 @@ export const make = (options: CliOptions, environment: Environment) => {
   const consume = (handlers: NonNullable<CliOptions["handlers"]>) =>
     Command.make(
       "consume",
-      { ...target, transports: Args.text({ name: "transport" }).pipe(Args.atLeast(1)), ...consumeOptions },
+      {
+        ...target,
+        transports: Args.text({ name: "transport" }).pipe(
+          Args.withDescription("The transports to consume, at least one; the first given is served first"),
+          Args.atLeast(1)
+        ),
+        ...consumeOptions
+      },
       (o) =>
         Effect.gen(function*() {
           // Refused rather than ignored: an operator who sets it expects a liveness probe that is not there.

@@ -72,7 +72,7 @@ const blocks = (doc: HelpDoc.HelpDoc): ReadonlyArray<HelpDoc.HelpDoc> =>
  * `--format text|json`), and of its being optional, which the brackets show.
  */
 const typeLine =
-  /^(A user-defined piece of text( that is confidential)?|A true or false value|An integer|A floating point number|A (file|directory|file or directory)( that must( not)? exist)?|This setting is optional|This (option|argument) may be repeated zero or more times)\.$|^One of the following: |^A date /
+  /^(A user-defined piece of text( that is confidential)?|A true or false value|An integer|A floating point number|A (file|directory|file or directory)( that must( not)? exist)?|This setting is optional|This (option|argument) may be repeated zero or more times|This argument must be repeated at least \d+ times?)\.$|^One of the following: |^A date /
 
 /** An option's or an argument's description: its paragraphs but the type's, the default said as such. */
 const describe = (doc: HelpDoc.HelpDoc): string =>
