@@ -67,6 +67,9 @@ describe("the command line as given", () => {
       "u"
     ])
     expect(prepare("--version")).toEqual(["--version"])
+    expect(prepare("--dsn", "postgres://x")).toBe(
+      "--dsn goes with a command, and none is given: `outbox <command> --dsn …` (`outbox --help` lists the commands)"
+    )
     expect(prepare("stats", "--", "--fromat")).toEqual(["stats", "--", "--fromat"])
   })
 

@@ -132,7 +132,14 @@ export const prepare = (tree: Tree, args: ReadonlyArray<string>): Either.Either<
     }
     at += option.takesValue && !head[at]!.includes("=") ? 2 : 1
   }
-  if (at >= head.length) return Either.right(args)
+  if (at >= head.length) {
+    const stray = head.find((token) => isOption(token) && !builtIns.has(optionName(token)))
+    return stray === undefined ? Either.right(args) : Either.left(
+      `${optionName(stray)} goes with a command, and none is given: \`outbox <command> ${
+        optionName(stray)
+      } …\` (\`outbox --help\` lists the commands)`
+    )
+  }
   const name = head[at]!
   const spec = tree.get(name)
   if (spec === undefined) {
