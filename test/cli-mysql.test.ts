@@ -4,7 +4,9 @@
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import { describe, expect, it } from "@effect/vitest"
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import { beforeAll } from "vitest"
 import * as Cli from "../src/programs/Cli.js"
@@ -53,5 +55,21 @@ describe("outbox command line on MySQL", () => {
       expect(shown.stdout).toContain("declined")
       const compact = yield* runCli(cli, ["storage:compact", "--dsn", url])
       expect(compact.exit._tag).toBe("Failure")
+    }))
+
+  it.live("a missing table: which table, setup-transports, --table and $OUTBOX_TABLE", () =>
+    Effect.gen(function*() {
+      const table = uniqueTable("cli_mysql_missing")
+      const database = new URL(url).pathname.slice(1)
+      for (const args of [["stats"], ["failed:show"], ["failed:retry", "3", "--force"]]) {
+        const result = yield* runCli(Cli.make(), [...args, "--table", table, "--dsn", url])
+        expect(Exit.isFailure(result.exit) ? Cause.squash(result.exit.cause) : undefined, args.join(" "))
+          .toMatchObject({
+            message: `The outbox table ${table} is not set up (Table '${database}.${table}' doesn't exist): run ` +
+              "`outbox setup-transports` (or TransportAdmin.setup) once before starting producers and workers; if " +
+              "the messages are in another table, name it with --table or $OUTBOX_TABLE (the transport's `table` " +
+              "option)"
+          })
+      }
     }))
 })

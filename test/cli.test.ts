@@ -332,3 +332,151 @@ describe("outbox command line", () => {
     60_000
   )
 })
+
+/** What a missing outbox table answers, whatever the command that met it. */
+const notSetUp = (table: string) =>
+  `The outbox table ${table} is not set up (relation "${table}" does not exist): run \`outbox setup-transports\` ` +
+  "(or TransportAdmin.setup) once before starting producers and workers; if the messages are in another table, " +
+  "name it with --table or $OUTBOX_TABLE (the transport's `table` option)"
+
+describe("outbox command line: what its errors say to do", () => {
+  it.live("a missing table: which table, setup-transports, --table and $OUTBOX_TABLE; in one line from the binary", () =>
+    Effect.gen(function*() {
+      const table = uniqueTable("cli_missing")
+      const binary = Cli.make()
+      for (
+        const args of [
+          ["stats"],
+          ["stats", "--format", "json"],
+          ["failed:show"],
+          ["failed:show", "7"],
+          ["failed:retry", "7", "--force"],
+          ["failed:remove", "--all", "--force"]
+        ]
+      ) {
+        const result = yield* runCli(binary, [...args, "--table", table, "--dsn", db.url])
+        expect(failure(result), args.join(" ")).toBe(notSetUp(table))
+      }
+      const proc = spawnScript("src/programs/outbox-main.ts", ["stats"], { DATABASE_URL: db.url, OUTBOX_TABLE: table })
+      expect((yield* Effect.promise(() => proc.exited)).code).toBe(1)
+      expect(proc.stderr.join("")).toBe(`error: ${notSetUp(table)}\n`)
+    }))
+
+  it.live("a mistyped option is refused by name, with the nearest valid one, before any statement", () =>
+    Effect.gen(function*() {
+      const binary = Cli.make()
+      const refused = (args: ReadonlyArray<string>) => Effect.map(runCli(binary, args), failure)
+      // No database is reachable there: the refusal comes first.
+      const dsn = ["--dsn", "postgres://nobody:x@127.0.0.1:1/none"]
+      expect(yield* refused(["stats", "--fromat", "json", ...dsn])).toBe(
+        "Unknown option --fromat for stats (did you mean --format?): `outbox stats --help` lists its options"
+      )
+      expect(yield* refused(["stats", "--fromat=json", ...dsn])).toBe(
+        "Unknown option --fromat for stats (did you mean --format?): `outbox stats --help` lists its options"
+      )
+      expect(yield* refused(["failed:retry", "--all", "--forse", ...dsn])).toBe(
+        "Unknown option --forse for failed:retry (did you mean --force?): `outbox failed:retry --help` lists its options"
+      )
+      expect(yield* refused(["setup-transports", "--idempotent-table", "x", ...dsn])).toBe(
+        "Unknown option --idempotent-table for setup-transports: `outbox setup-transports --help` lists its options"
+      )
+      // An option of another command is not one of this one.
+      expect(yield* refused(["stats", "--force", ...dsn])).toBe(
+        "Unknown option --force for stats: `outbox stats --help` lists its options"
+      )
+      // After `--`, words are arguments.
+      const transport = yield* refused(["stats", ...dsn, "--", "--fromat"])
+      expect(transport).toMatch(/^Cannot connect to PostgreSQL/)
+    }))
+
+  it.live("options before the command are taken as the command's", () =>
+    Effect.gen(function*() {
+      const table = uniqueTable("cli_leading")
+      const binary = Cli.make()
+      expect(Exit.isSuccess((yield* runCli(binary, ["--dsn", db.url, "--table", table, "setup-transports"])).exit))
+        .toBe(true)
+      const stats = yield* runCli(binary, ["--dsn", db.url, `--table=${table}`, "stats", "--format", "json"])
+      expect(Exit.isSuccess(stats.exit), stats.stderr).toBe(true)
+      expect(JSON.parse(stats.stdout).transports.outbox).toMatchObject({ ready: 0, failed: 0 })
+      expect(failure(yield* runCli(binary, ["--dsn", db.url, "--fromat", "json", "stats"]))).toBe(
+        "Unknown option --fromat for stats (did you mean --format?): `outbox stats --help` lists its options"
+      )
+    }))
+
+  it.live("consume on the bare binary says where consuming is; an unknown command gets the nearest one", () =>
+    Effect.gen(function*() {
+      const binary = Cli.make()
+      expect(failure(yield* runCli(binary, ["consume", "outbox"]))).toBe(
+        "`consume` runs the application's handlers, so the bare `outbox` binary has none: mount the command line " +
+          "in the application with Cli.make({ handlers }) and run `consume` from there (examples/worker-only/main.ts; " +
+          `the README's "Command line" section)`
+      )
+      expect(failure(yield* runCli(binary, ["--dsn", db.url, "consume", "outbox"]))).toMatch(/^`consume` runs/)
+      expect(failure(yield* runCli(binary, ["stat"]))).toBe(
+        `Unknown command "stat" (did you mean stats?): the commands are setup-transports, failed:show, ` +
+          "failed:retry, failed:remove, stats, storage:compact, dashboard, idempotency:purge (outbox --help " +
+          "describes them)"
+      )
+    }))
+
+  it.live("an id that is not a number says what an id looks like, before any statement", () =>
+    Effect.gen(function*() {
+      const binary = Cli.make()
+      const dsn = ["--dsn", "postgres://nobody:x@127.0.0.1:1/none"]
+      expect(failure(yield* runCli(binary, ["failed:show", "abc", ...dsn]))).toBe(
+        `Not a message id: "abc" (an id is a positive whole number, from the Id column of failed:show: ` +
+          "e.g. failed:show 42)"
+      )
+      expect(failure(yield* runCli(binary, ["failed:retry", "12", "1x", "0", "--force", ...dsn]))).toBe(
+        `Not message ids: "1x", "0" (an id is a positive whole number, from the Id column of failed:show: ` +
+          "e.g. failed:show 42)"
+      )
+      expect(failure(yield* runCli(binary, ["failed:remove", "99999999999999999999", "--force", ...dsn]))).toMatch(
+        /^Not a message id: "99999999999999999999"/
+      )
+    }))
+
+  it.live("help: every command and option described, no value-type boilerplate, lines within 100 columns", () =>
+    Effect.gen(function*() {
+      const app = Cli.make({ handlers: Handlers.layer([Handlers.handler(OrderPaid, () => Effect.void)]) })
+      const root = yield* runCli(app, ["--help"])
+      expect(Exit.isSuccess(root.exit)).toBe(true)
+      const commands = root.stdout.split("\nCOMMANDS\n")[1]!.split("\n\n")[0]!.split("\n")
+        .filter((line) => /^ {2}\S/.test(line)).map((line) => line.trim().split(/\s+/, 1)[0]!)
+      expect(commands).toEqual([
+        "setup-transports",
+        "failed:show",
+        "failed:retry",
+        "failed:remove",
+        "stats",
+        "storage:compact",
+        "dashboard",
+        "idempotency:purge",
+        "consume"
+      ])
+      expect((yield* runCli(app, [])).stdout).toBe(root.stdout)
+      for (const command of commands) {
+        const help = (yield* runCli(app, [command, "--help"])).stdout
+        expect(help, command).not.toMatch(/A user-defined piece of text|A true or false value|An integer\./)
+        for (const line of help.split("\n")) expect(line.length, `${command}: ${line}`).toBeLessThanOrEqual(100)
+        // Each option and argument on its line, its description indented below it.
+        const lines = help.split("\n")
+        const terms = lines.flatMap((line, i) => (/^ {2}[-<(]/.test(line) ? [i] : []))
+        expect(terms.length, command).toBeGreaterThan(2)
+        for (const i of terms) expect(lines[i + 1], `${command}: ${lines[i]}`).toMatch(/^ {6}\S/)
+      }
+      const failedShow = (yield* runCli(app, ["failed:show", "-h"])).stdout
+      expect(failedShow.split("\n").slice(0, 7).join("\n")).toBe(
+        [
+          "outbox failed:show: List failed messages, or show one in detail",
+          "",
+          "USAGE",
+          "  outbox failed:show [--dsn URL] [--table TABLE] --transport-queue NAME=QUEUE... [--max N]",
+          "                     [--class-filter TYPE] [--stats] [--transport NAME] [--format text|json]",
+          "                     [-v|--verbose] [<id>]",
+          ""
+        ].join("\n")
+      )
+      expect(failedShow).toContain("  --max N\n      List at most N messages. Default: 50.\n")
+    }))
+})

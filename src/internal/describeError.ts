@@ -58,7 +58,8 @@ export const describeError = (error: unknown): string => {
       : undefined
     const own = wordsOf(error)
     const inner = typeof cause === "object" && cause !== null ? wordsOf(cause) : ""
-    const parts = Array.from(new Set([own, inner].filter((s) => s.length > 0)))
+    // A wrapper whose message already holds its cause's words (`TransportError` of a `SqlError`) says them once.
+    const parts = [own, own.includes(inner) ? "" : inner].filter((s) => s.length > 0)
     const tag = tagOf(error)
     const hasMessage = typeof error === "object" && error !== null &&
       typeof (error as { readonly message?: unknown }).message === "string" &&

@@ -10,6 +10,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import type * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
@@ -23,12 +24,16 @@ import type * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
 import type { Handlers } from "../services/Handlers.js"
 import type { IdempotencyStore } from "../services/IdempotencyStore.js"
 import type { Transport } from "../services/Transport.js"
+import * as Argv from "./cli/argv.js"
 import * as Commands from "./cli/commands.js"
 import * as DashboardCommand from "./cli/dashboard.js"
 import * as Environment from "./cli/environment.js"
 import * as Failed from "./cli/failed.js"
+import * as Help from "./cli/help.js"
 import * as CliLogger from "./cli/logger.js"
 import { plainWhenPiped } from "./cli/terminal.js"
+
+import { CliError } from "./cli/options.js"
 
 export {
   /** @since 0.1.0 */
@@ -95,12 +100,40 @@ export const make = (options: CliOptions = {}) => {
 }
 
 /**
- * Runs a command tree on `argv` (`process.argv`): an Effect that fails with the command's error.
+ * Runs a command tree on `argv` (`process.argv`): an Effect that fails with the command's error. Before
+ * `@effect/cli` parses them, the arguments are checked (an unknown option or command fails with a `CliError` naming
+ * the nearest valid one; options before the command are moved after it), and `--help` is rendered here.
  *
  * @since 0.1.0
  * @category runners
  */
-export const run = (command: ReturnType<typeof make>) => Command.run(command, { name: "outbox", version: "0.1.0" })
+export const run = (command: ReturnType<typeof make>) => {
+  const cli = Command.run(command, { name: "outbox", version })
+  const tree = Argv.treeOf(command)
+  return (argv: ReadonlyArray<string>) =>
+    Effect.suspend(() => {
+      const prepared = Argv.prepare(tree, argv.slice(2))
+      if (Either.isLeft(prepared)) return Effect.fail(new CliError({ message: prepared.left }))
+      const help = helpOf(command, tree, prepared.right)
+      return help === undefined ? cli([...argv.slice(0, 2), ...prepared.right]) : Console.log(help)
+    })
+}
+
+/** The package's version, as `--version` prints it. */
+const version = "0.1.0"
+
+/** The help `args` ask for (`--help` or `-h` before any `--`), or `undefined` when they ask for none. */
+const helpOf = (command: ReturnType<typeof make>, tree: Argv.Tree, args: ReadonlyArray<string>) => {
+  const end = args.indexOf("--")
+  const head = end < 0 ? args : args.slice(0, end)
+  if (args.length === 0) return Help.rootHelp(command, "outbox", version)
+  if (!head.includes("--help") && !head.includes("-h")) return undefined
+  let at = 0
+  while (at < head.length && head[at]!.startsWith("-")) at += Argv.builtIns.get(head[at]!)?.takesValue ? 2 : 1
+  const spec = at < head.length ? tree.get(head[at]!) : undefined
+  if (spec === undefined) return Help.rootHelp(command, "outbox", version)
+  return spec.nested ? undefined : Help.commandHelp("outbox", spec.name, spec.descriptor)
+}
 
 /**
  * Runs a command tree as the process's main program: a failure prints one line (the whole cause with

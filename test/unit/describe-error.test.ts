@@ -17,6 +17,16 @@ describe("describeError", () => {
     expect(describeError(error)).toBe(`Failed to execute statement: relation "x" does not exist`)
   })
 
+  it("a wrapper whose message already holds its cause's words says them once", () => {
+    const sqlError = Object.assign(new Error("Failed to execute statement"), {
+      cause: new Error(`relation "x" does not exist`)
+    })
+    const wrapper = Object.assign(new Error(`Failed to execute statement: relation "x" does not exist`), {
+      cause: sqlError
+    })
+    expect(describeError(wrapper)).toBe(`Failed to execute statement: relation "x" does not exist`)
+  })
+
   it("an error without a message: its tag and its fields as JSON", () => {
     expect(describeError(new PaymentDeclined({ code: "card_expired" }))).toBe(
       `PaymentDeclined: {"code":"card_expired"}`

@@ -6,7 +6,7 @@
  */
 import type { SqlError } from "@effect/sql/SqlError"
 import { StorageNotReadyError, TransportError } from "../../domain/Errors.js"
-import { describeError } from "../../internal/describeError.js"
+import { describeError, wordsOf } from "../../internal/describeError.js"
 
 /** @internal */
 export const storageNotReady = (
@@ -17,11 +17,18 @@ export const storageNotReady = (
   new StorageNotReadyError({
     storage: table,
     message: options.denied
-      ? `The outbox table ${table} is not usable by this role (${describeError(error)}): grant what the README's ` +
+      ? `The outbox table ${table} is not usable by this role (${serverWords(error)}): grant what the README's ` +
         `"${options.grantsSection}" section lists for a worker or a producer`
-      : `The outbox table ${table} is not set up (${describeError(error)}): run \`outbox setup-transports\` ` +
-        `(or TransportAdmin.setup) once before starting producers and workers`
+      : `The outbox table ${table} is not set up (${serverWords(error)}): run \`outbox setup-transports\` ` +
+        `(or TransportAdmin.setup) once before starting producers and workers; if the messages are in another ` +
+        `table, name it with --table or $OUTBOX_TABLE (the transport's \`table\` option)`
   })
+
+/** What the server said (`relation "x" does not exist`), without the client's "Failed to execute statement". */
+const serverWords = (error: SqlError): string => {
+  const words = typeof error.cause === "object" && error.cause !== null ? wordsOf(error.cause) : ""
+  return words.length > 0 ? words : describeError(error)
+}
 
 /** A failed statement of a transport as its `TransportError`. @internal */
 export const transportError = (transport: string, operation: string, error: SqlError): TransportError =>

@@ -10,7 +10,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { TransportStats } from "../../domain/Envelope.js"
-import { describeError } from "../../internal/describeError.js"
 import * as PgCompaction from "../../layers/PgCompaction.js"
 import * as ScheduleRetryStrategy from "../../layers/ScheduleRetryStrategy.js"
 import { IdempotencyStore } from "../../services/IdempotencyStore.js"
@@ -21,6 +20,7 @@ import * as WorkerHealth from "../WorkerHealth.js"
 import { CliDialect } from "./dialects.js"
 import { Deployment, type Environment } from "./environment.js"
 import { formatAge, formatBytes, headline, parseDurationMs, renderTable, truncate } from "./format.js"
+import * as Optional from "./optional.js"
 import {
   CliError,
   dsn,
@@ -31,7 +31,6 @@ import {
   positiveSeconds,
   size,
   target,
-  verbose,
   withShownDefault
 } from "./options.js"
 
@@ -48,6 +47,7 @@ const consumeOptions = {
   timeLimit: positive("time-limit").pipe(Options.withDescription("Stop after N seconds"), Options.optional),
   memoryLimit,
   sleep: Options.float("sleep").pipe(
+    Options.withPseudoName("SECONDS"),
     Options.withDescription("Seconds to wait when every transport is empty"),
     withShownDefault(1)
   ),
@@ -60,6 +60,7 @@ const consumeOptions = {
     withShownDefault(1)
   ),
   shutdownTimeout: Options.float("shutdown-timeout").pipe(
+    Options.withPseudoName("SECONDS"),
     Options.withDescription("Seconds in-flight handlers may run on after SIGTERM/SIGINT"),
     withShownDefault(30)
   ),
@@ -67,8 +68,12 @@ const consumeOptions = {
     Options.withDescription("Seconds one handler run may take before it is interrupted and its message retried"),
     withShownDefault(900)
   ),
-  verbose: verbose.pipe(Options.withDescription("One line per message: id, type, outcome, duration")),
+  verbose: Options.boolean("verbose").pipe(
+    Options.withAlias("v"),
+    Options.withDescription("One line per message: id, type, outcome, duration")
+  ),
   metricsPort: Options.integer("metrics-port").pipe(
+    Options.withPseudoName("PORT"),
     Options.withDescription("Serve /metrics, /healthz and /readyz on this port (and sample the queue gauges)"),
     Options.mapEffect((n) =>
       n >= 0 && n <= 65535
@@ -121,15 +126,7 @@ const withMetricsEndpoint = <A, E, R>(
   run: (observed: Partial<Worker.WorkerOptions>) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function*() {
-    const MetricsServer = yield* Effect.tryPromise({
-      try: () => import("../observability/MetricsServer.js"),
-      catch: (error) =>
-        new CliError({
-          message: `--metrics-port needs the OpenTelemetry packages (README, "Metrics endpoint"): ${
-            describeError(error)
-          }`
-        })
-    })
+    const MetricsServer = yield* Optional.load(Optional.metrics, () => import("../observability/MetricsServer.js"))
     const health = WorkerHealth.make(
       Option.match(stallAfterSeconds, { onNone: () => ({}), onSome: (s) => ({ stallAfter: Duration.seconds(s) }) })
     )
@@ -205,7 +202,14 @@ export const make = (options: CliOptions, environment: Environment) => {
   const consume = (handlers: NonNullable<CliOptions["handlers"]>) =>
     Command.make(
       "consume",
-      { ...target, transports: Args.text({ name: "transport" }).pipe(Args.atLeast(1)), ...consumeOptions },
+      {
+        ...target,
+        transports: Args.text({ name: "transport" }).pipe(
+          Args.withDescription("The transports to consume, at least one; the first given is served first"),
+          Args.atLeast(1)
+        ),
+        ...consumeOptions
+      },
       (o) =>
         Effect.gen(function*() {
           // Refused rather than ignored: an operator who sets it expects a liveness probe that is not there.
@@ -252,6 +256,7 @@ export const make = (options: CliOptions, environment: Environment) => {
     {
       dsn,
       olderThan: Options.text("older-than").pipe(
+        Options.withPseudoName("DURATION"),
         Options.withDescription("Delete records processed longer ago than this (e.g. 30d, 12h, 90 minutes)"),
         Options.mapEffect((text) => {
           const ms = parseDurationMs(text)

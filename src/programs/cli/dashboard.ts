@@ -17,6 +17,7 @@ export const make = ({ withOperatorTransport }: Environment) =>
     {
       ...target,
       port: Options.integer("port").pipe(
+        Options.withPseudoName("PORT"),
         Options.withDescription("The port to serve on (0: any free one)"),
         Options.mapEffect((n) =>
           n >= 0 && n <= 65535
@@ -26,6 +27,7 @@ export const make = ({ withOperatorTransport }: Environment) =>
         withShownDefault(Dashboard.defaultPort)
       ),
       host: Options.text("host").pipe(
+        Options.withPseudoName("HOST"),
         Options.withDescription("The interface to listen on (0.0.0.0 or :: to serve beyond this machine)"),
         withShownDefault("127.0.0.1")
       )
@@ -43,8 +45,8 @@ export const make = ({ withOperatorTransport }: Environment) =>
           yield* Console.log(`[OK] Serving the dashboard on http://${host.includes(":") ? `[${host}]` : host}:${port}/`)
           yield* Console.log(
             served.readOnly
-              ? "// Read-only: set OUTBOX_DASHBOARD_TOKEN to allow retry and remove (with that token)."
-              : "// Retry and remove need the token of OUTBOX_DASHBOARD_TOKEN."
+              ? "// Read-only: no operator token is configured; set OUTBOX_DASHBOARD_TOKEN to enable retry and remove."
+              : "// Retry and remove are enabled: each asks for the operator token (OUTBOX_DASHBOARD_TOKEN)."
           )
           yield* Console.log("// Stop it with CONTROL-C.")
           return yield* Effect.never

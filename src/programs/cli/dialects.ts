@@ -6,18 +6,21 @@
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import type { OutboxConfigError, TransportError } from "../../domain/Errors.js"
+import type { OutboxConfigError, StorageNotReadyError, TransportError } from "../../domain/Errors.js"
+import * as MysqlErrors from "../../layers/mysql/errors.js"
 import * as MysqlIdempotencyStore from "../../layers/MysqlIdempotencyStore.js"
 import * as MysqlTransport from "../../layers/MysqlTransport.js"
+import * as PgErrors from "../../layers/pg/errors.js"
 import * as PgIdempotencyStore from "../../layers/PgIdempotencyStore.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import type { IdempotencyStore } from "../../services/IdempotencyStore.js"
 import type { TransportBackend } from "../../services/TransportAdmin.js"
-import { CliError } from "./options.js"
+import * as Optional from "./optional.js"
 
 /** What a command needs of a dialect. @internal */
 export interface Dialect {
@@ -34,6 +37,8 @@ export interface Dialect {
   ) => Layer.Layer<IdempotencyStore, OutboxConfigError | TransportError, SqlClient.SqlClient>
   /** Whether `storage:compact` applies (PostgreSQL's indexes). */
   readonly compaction: boolean
+  /** A failure on a table that is missing or not granted, as the transports report it; else `undefined`. */
+  readonly notReady: (table: string, error: SqlError) => StorageNotReadyError | undefined
 }
 
 /** The dialect of the database the command runs on. @internal */
@@ -46,26 +51,25 @@ const postgres: Dialect = {
   queueNames: PgTransport.queueNames,
   failedFrom: PgTransport.failedFrom,
   idempotency: PgIdempotencyStore.layer,
-  compaction: true
+  compaction: true,
+  notReady: (table, error) => PgErrors.isStorageUnusable(error) ? PgErrors.storageNotReady(table, error) : undefined
 }
 
 const mysql: Dialect = {
   name: "MySQL",
   client: (url) =>
     Layer.unwrapEffect(
-      Effect.tryPromise({
-        try: () => import("@effect/sql-mysql2/MysqlClient"),
-        catch: () =>
-          new CliError({
-            message: "A MySQL DSN needs @effect/sql-mysql2 and mysql2: npm install @effect/sql-mysql2 mysql2"
-          })
-      }).pipe(Effect.map((MysqlClient) => MysqlClient.layer({ url: Redacted.make(mysqlUri(Redacted.value(url))) })))
+      Optional.load(Optional.mysql, () => import("@effect/sql-mysql2/MysqlClient")).pipe(
+        Effect.map((MysqlClient) => MysqlClient.layer({ url: Redacted.make(mysqlUri(Redacted.value(url))) }))
+      )
     ),
   transport: MysqlTransport.make,
   queueNames: MysqlTransport.queueNames,
   failedFrom: MysqlTransport.failedFrom,
   idempotency: MysqlIdempotencyStore.layer,
-  compaction: false
+  compaction: false,
+  notReady: (table, error) =>
+    MysqlErrors.isStorageUnusable(error) ? MysqlErrors.storageNotReady(table, error) : undefined
 }
 
 /** `mariadb://…` as the driver reads it (`mysql://…`). */

@@ -6,23 +6,24 @@
  *
  * @internal
  */
+import type { SqlError } from "@effect/sql/SqlError"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
-import type { OutboxConfigError } from "../../domain/Errors.js"
+import type { OutboxConfigError, StorageNotReadyError } from "../../domain/Errors.js"
 import * as Identifier from "../../domain/Identifier.js"
 import { describeError } from "../../internal/describeError.js"
 import { failureTransports } from "../../internal/transports.js"
-import * as AmqpTransport from "../../layers/amqp/AmqpTransport.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as TransportRouter from "../../layers/TransportRouter.js"
 import { Transport, type TransportShape } from "../../services/Transport.js"
 import { backendLayer, TransportAdmin } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
 import { CliDialect, type Dialect, fromUrl } from "./dialects.js"
+import * as Optional from "./optional.js"
 import { CliError, fail, type Target } from "./options.js"
 
 /**
@@ -130,7 +131,7 @@ export const make = (options: CliOptions) => {
           }
         }
         reserve()
-        for (const queue of yield* dialect.queueNames({ table })) {
+        for (const queue of yield* explained(table, dialect.queueNames({ table }))) {
           if (!taken.has(queue) && !used.has(queue)) transports[queue] = {}
         }
         reserve()
@@ -145,7 +146,7 @@ export const make = (options: CliOptions) => {
           ...discover.inspect.map(queueOf)
         ])
         for (const queue of failureQueues) {
-          for (const { transport } of yield* dialect.failedFrom(queue, { table })) {
+          for (const { transport } of yield* explained(table, dialect.failedFrom(queue, { table }))) {
             if (transport === null || taken.has(transport) || used.has(transport)) continue
             transports[transport] = {}
             taken.add(transport)
@@ -165,6 +166,7 @@ export const make = (options: CliOptions) => {
       const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
         Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
       ))
+      const AmqpTransport = yield* Optional.load(Optional.amqp, () => import("../../layers/amqp/AmqpTransport.js"))
       return TransportRouter.layer(dialect.transport(resolved.options), AmqpTransport.make({ ...amqp, url }))
     })
 
@@ -204,7 +206,7 @@ export const make = (options: CliOptions) => {
     target: Target,
     inspect: ReadonlyArray<string>,
     self: Effect.Effect<A, E, R>
-  ) => Effect.provide(self, operatorLayer(target, inspect))
+  ) => Effect.provide(Effect.flatMap(Deployment, ({ table }) => explained(table, self)), operatorLayer(target, inspect))
 
   /** Runs a command on the application's transports. */
   const withTransport = <A, E, R>(target: Target, self: Effect.Effect<A, E, R>) =>
@@ -237,6 +239,23 @@ export const make = (options: CliOptions) => {
     known
   }
 }
+
+/**
+ * An operator read's failure on a table that is missing or not granted, as the `StorageNotReadyError` the hot path
+ * reports (which table, and what to run): the reads map their SQL failures to a `TransportError` only.
+ */
+const explained = <A, E, R>(table: string, self: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(CliDialect, (dialect) =>
+    Effect.mapError(self, (error): E | StorageNotReadyError => {
+      const cause =
+        typeof error === "object" && error !== null && (error as { _tag?: unknown })._tag === "TransportError"
+          ? (error as { cause?: unknown }).cause
+          : undefined
+      return isSqlError(cause) ? dialect.notReady(table, cause) ?? error : error
+    }))
+
+const isSqlError = (value: unknown): value is SqlError =>
+  typeof value === "object" && value !== null && (value as { _tag?: unknown })._tag === "SqlError"
 
 /**
  * A DSN must be a PostgreSQL or MySQL URL, whose scheme picks the dialect: `pg` would read a bare word as a host name

@@ -16,6 +16,7 @@ import { Deployment, type Environment } from "./environment.js"
 import { renderTable, truncate } from "./format.js"
 import {
   all,
+  checkIds,
   classFilter,
   fail,
   failureTransport,
@@ -48,53 +49,56 @@ export const make = ({ opened, withOperatorTransport }: Environment) => {
       verbose
     },
     (o) =>
-      withOperatorTransport(
-        o,
-        [o.transport],
-        Effect.gen(function*() {
-          const { admin } = yield* opened([o.transport])
-          const typeFilter = Option.getOrUndefined(o.classFilter)
-          if (Option.isSome(o.id)) {
-            const found = yield* admin.find(o.transport, o.id.value)
-            if (Option.isNone(found)) {
-              return yield* fail(`The message "${o.id.value}" was not found in the "${o.transport}" transport`)
+      Effect.zipRight(
+        checkIds(Option.toArray(o.id)),
+        withOperatorTransport(
+          o,
+          [o.transport],
+          Effect.gen(function*() {
+            const { admin } = yield* opened([o.transport])
+            const typeFilter = Option.getOrUndefined(o.classFilter)
+            if (Option.isSome(o.id)) {
+              const found = yield* admin.find(o.transport, o.id.value)
+              if (Option.isNone(found)) {
+                return yield* fail(`The message "${o.id.value}" was not found in the "${o.transport}" transport`)
+              }
+              const details = describeFailed(found.value, o.verbose)
+              return yield* o.format === "json" ? Console.log(JSON.stringify(details, null, 2)) : printFailed(details)
             }
-            const details = describeFailed(found.value, o.verbose)
-            return yield* o.format === "json" ? Console.log(JSON.stringify(details, null, 2)) : printFailed(details)
-          }
-          if (o.stats) {
-            const counts = new Map<string, number>()
-            for (const m of yield* admin.list(o.transport, { max: Number.MAX_SAFE_INTEGER, type: typeFilter })) {
-              const type = Headers.typeOf(m.headers) ?? "(undecodable)"
-              counts.set(type, (counts.get(type) ?? 0) + 1)
+            if (o.stats) {
+              const counts = new Map<string, number>()
+              for (const m of yield* admin.list(o.transport, { max: Number.MAX_SAFE_INTEGER, type: typeFilter })) {
+                const type = Headers.typeOf(m.headers) ?? "(undecodable)"
+                counts.set(type, (counts.get(type) ?? 0) + 1)
+              }
+              const rows = [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+              return yield* o.format === "json"
+                ? Console.log(JSON.stringify(Object.fromEntries(rows), null, 2))
+                : rows.length === 0
+                ? Console.log("[OK] No failed messages were found.")
+                : Console.log(renderTable(["Class", "Count"], rows.map(([t, n]) => [truncate(t, 80), String(n)])))
             }
-            const rows = [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
-            return yield* o.format === "json"
-              ? Console.log(JSON.stringify(Object.fromEntries(rows), null, 2))
-              : rows.length === 0
-              ? Console.log("[OK] No failed messages were found.")
-              : Console.log(renderTable(["Class", "Count"], rows.map(([t, n]) => [truncate(t, 80), String(n)])))
-          }
-          const messages = yield* admin.list(o.transport, { max: o.max, type: typeFilter })
-          const summaries = messages.map((m) => describeFailed(m, false))
-          if (o.format === "json") return yield* Console.log(JSON.stringify(summaries, null, 2))
-          if (summaries.length === 0) return yield* Console.log("[OK] No failed messages were found.")
-          const counts = yield* admin.stats(o.transport)
-          const total = counts.ready + counts.delayed + counts.inFlight
-          yield* Console.log(
-            total === 1
-              ? "There is 1 message in the failure transport."
-              : `There are ${total} messages in the failure transport.`
-          )
-          yield* Console.log(
-            renderTable(
-              ["Id", "Class", "Failed at", "Error"],
-              summaries.map((d) => [d.id, truncate(d.type, 60), d.failedAt, reasonCell(d)])
+            const messages = yield* admin.list(o.transport, { max: o.max, type: typeFilter })
+            const summaries = messages.map((m) => describeFailed(m, false))
+            if (o.format === "json") return yield* Console.log(JSON.stringify(summaries, null, 2))
+            if (summaries.length === 0) return yield* Console.log("[OK] No failed messages were found.")
+            const counts = yield* admin.stats(o.transport)
+            const total = counts.ready + counts.delayed + counts.inFlight
+            yield* Console.log(
+              total === 1
+                ? "There is 1 message in the failure transport."
+                : `There are ${total} messages in the failure transport.`
             )
-          )
-          if (summaries.length === o.max) yield* Console.log(`Showing first ${o.max} messages.`)
-          yield* Console.log(`Run "failed:show <id> -v" to see message details.`)
-        })
+            yield* Console.log(
+              renderTable(
+                ["Id", "Class", "Failed at", "Error"],
+                summaries.map((d) => [d.id, truncate(d.type, 60), d.failedAt, reasonCell(d)])
+              )
+            )
+            if (summaries.length === o.max) yield* Console.log(`Showing first ${o.max} messages.`)
+            yield* Console.log(`Run "failed:show <id> -v" to see message details.`)
+          })
+        )
       )
   ).pipe(Command.withDescription("List failed messages, or show one in detail"))
 
@@ -153,15 +157,18 @@ export const make = ({ opened, withOperatorTransport }: Environment) => {
     },
     act: (transport: TransportShape, messages: ReadonlyArray<StoredMessage>) => Effect.Effect<void, E, R>
   ) =>
-    withOperatorTransport(
-      o,
-      [o.transport],
-      Effect.gen(function*() {
-        const { transport } = yield* opened([o.transport])
-        const messages = yield* selection(transport, o.transport, o)
-        if (messages.length === 0) return yield* Console.log("[OK] No failed messages were found.")
-        yield* act(transport, messages)
-      })
+    Effect.zipRight(
+      checkIds(o.ids),
+      withOperatorTransport(
+        o,
+        [o.transport],
+        Effect.gen(function*() {
+          const { transport } = yield* opened([o.transport])
+          const messages = yield* selection(transport, o.transport, o)
+          if (messages.length === 0) return yield* Console.log("[OK] No failed messages were found.")
+          yield* act(transport, messages)
+        })
+      )
     )
 
   const failedRetry = Command.make(

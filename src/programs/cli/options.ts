@@ -36,14 +36,20 @@ export const withShownDefault = <A>(fallback: A) => (self: Options.Options<A>): 
 export const fail = (message: string) => Effect.fail(new CliError({ message }))
 
 export const dsn = Options.redacted("dsn").pipe(
-  Options.withDescription("PostgreSQL connection URL (default: $DATABASE_URL)"),
+  Options.withPseudoName("URL"),
+  Options.withDescription(
+    "The database: postgres://user:password@host:port/database, or mysql:// for MySQL and MariaDB " +
+      "(default: $DATABASE_URL)"
+  ),
   Options.optional
 )
 export const table = Options.text("table").pipe(
+  Options.withPseudoName("TABLE"),
   Options.withDescription("The outbox table, [schema.]name (default: $OUTBOX_TABLE, else the application's table)"),
   Options.optional
 )
 export const transportQueues = Options.text("transport-queue").pipe(
+  Options.withPseudoName("NAME=QUEUE"),
   Options.withDescription(
     "NAME=QUEUE: transport NAME uses queue_name QUEUE (repeatable; also $OUTBOX_TRANSPORT_QUEUES, comma-separated)"
   ),
@@ -72,11 +78,13 @@ export const verbose = Options.boolean("verbose").pipe(Options.withAlias("v"), O
 export const force = Options.boolean("force").pipe(Options.withDescription("Do not ask for confirmation"))
 export const all = Options.boolean("all").pipe(Options.withDescription("Every failed message (of --class-filter)"))
 export const classFilter = Options.text("class-filter").pipe(
+  Options.withPseudoName("TYPE"),
   Options.withDescription("Only messages of this type (the message tag)"),
   Options.optional
 )
 export const failureTransport = Options.text("transport").pipe(
-  Options.withDescription("The failure transport"),
+  Options.withPseudoName("NAME"),
+  Options.withDescription("The failure transport whose messages to act on"),
   withShownDefault(defaultFailureTransport)
 )
 export const ids = Args.text({ name: "id" }).pipe(
@@ -84,8 +92,25 @@ export const ids = Args.text({ name: "id" }).pipe(
   Args.repeated
 )
 
+/**
+ * Fails unless every id is a message id: the transports' ids are whole numbers (the Id column of `failed:show`).
+ * Checked before the database is asked: "not found" would not say what an id looks like.
+ *
+ * @internal
+ */
+export const checkIds = (values: ReadonlyArray<string>) => {
+  const wrong = values.filter((id) => !/^[1-9][0-9]{0,18}$/.test(id))
+  return wrong.length === 0 ? Effect.void : fail(
+    `${wrong.length === 1 ? "Not a message id" : "Not message ids"}: ${
+      wrong.map((id) => JSON.stringify(id)).join(", ")
+    }` +
+      ` (an id is a positive whole number, from the Id column of failed:show: e.g. failed:show 42)`
+  )
+}
+
 export const positive = (name: string) =>
   Options.integer(name).pipe(
+    Options.withPseudoName("N"),
     Options.mapEffect((n) =>
       n > 0
         ? Effect.succeed(n)
@@ -96,6 +121,7 @@ export const positive = (name: string) =>
 /** A number of seconds greater than zero, as a float option named `name`. @internal */
 export const positiveSeconds = (name: string) =>
   Options.float(name).pipe(
+    Options.withPseudoName("SECONDS"),
     Options.mapEffect((n) =>
       n > 0 && Number.isFinite(n)
         ? Effect.succeed(n)
@@ -106,6 +132,7 @@ export const positiveSeconds = (name: string) =>
 /** A size flag (`128M`; K, M, G: powers of 1024), in bytes; `example` shows the form in its error. @internal */
 export const size = (name: string, description: string, example: string) =>
   Options.text(name).pipe(
+    Options.withPseudoName("SIZE"),
     Options.withDescription(description),
     Options.mapEffect((text) => {
       const bytes = parseBytes(text)

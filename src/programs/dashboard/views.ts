@@ -52,7 +52,7 @@ export const layout = (frame: Frame, title: string, body: Html): Html =>
 <header>
 <h1>effect-outbox</h1>
 <nav><a href="${href(frame, "/")}">Overview</a><a href="${href(frame, "/failed")}">Failed messages</a></nav>
-<span class="mode">${frame.readOnly ? "read-only" : "actions need the operator token"}</span>
+<span class="mode">${modeBanner(frame)}</span>
 </header>
 <main>
 ${body}
@@ -60,6 +60,17 @@ ${body}
 </body>
 </html>
 `
+
+/**
+ * What the header says of the actions: a read-only dashboard says why; one with a token says that retry and remove
+ * are on, and that each asks for the token (not that one is missing).
+ *
+ * @internal
+ */
+export const modeBanner = (frame: Frame): string =>
+  frame.readOnly
+    ? "read-only: no operator token is configured"
+    : "retry and remove enabled: each asks for the operator token"
 
 /** One transport's counts on the overview. @internal */
 export interface QueueRow {
