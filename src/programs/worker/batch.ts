@@ -20,6 +20,7 @@ import * as Handle from "./handle.js"
 import * as Limits from "./limits.js"
 import * as MessageLogs from "./messageLogs.js"
 import { WorkerEvent } from "./model.js"
+import * as Pool from "./pool.js"
 import type { BatchHandle, BatchRunner } from "./runner.js"
 import type { RunState } from "./state.js"
 import * as Watchdog from "./watchdog.js"
@@ -174,15 +175,11 @@ export const process = (
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
       progress[index] = running
       if (metrics) OutboxMetrics.messageAge.unsafeUpdate((now - row.createdAt.getTime()) / 1000, transportLabels)
-      const handling = Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing)
       return Effect.flatMap(
-        isolated ? Watchdog.isolate(watched, index, handling) : handling,
+        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing),
         (outcome) => {
-          // Stopped by the watchdog at its deadline: recorded here, while the batch's other messages run on.
-          if (outcome === undefined) return expire(row, index)
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
-          // Isolated, a handler that finished as its deadline passed keeps its outcome: nothing stopped it.
-          if (progress[index] !== running && !(isolated && progress[index] === timedOut)) return Effect.void
+          if (progress[index] !== running) return Effect.void
           progress[index] = finished
           const end = timed ? clock.unsafeCurrentTimeMillis() : 0
           const durationMs = end - now
@@ -282,7 +279,11 @@ export const process = (
       onStart()
       const stopTimer = Acks.batchStarted(acks, batch.length)
       const work = runner.submit(
-        batch.length === 1 ? one(batch[0]!, 0) : Effect.forEach(batch, one, { concurrency, discard: true })
+        batch.length === 1
+          ? one(batch[0]!, 0)
+          : isolated
+          ? Pool.run(batch.length, concurrency, (i) => one(batch[i]!, i), watched.stops!, (i) => expire(batch[i]!, i))
+          : Effect.forEach(batch, one, { discard: true })
       )
       return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
         stopTimer()
