@@ -75,6 +75,8 @@ export interface StormSizes {
   readonly maxRetries: number
   readonly killEveryMs: readonly [number, number]
   readonly minKills: number
+  /** At most this many kills, production over or not (the small storm of the tests stays below the retry budget). */
+  readonly maxKills?: number
   readonly deadlineMs: number
 }
 
@@ -383,7 +385,7 @@ const hardStorm = (ctx: FaultContext) =>
     yield* Effect.fork(Effect.zipRight(ctx.produced, Effect.sync(() => void (produced = true))))
     const t0 = Date.now()
     let kills = 0
-    while (!produced || kills < storm.minKills) {
+    while ((!produced || kills < storm.minKills) && kills < (storm.maxKills ?? Infinity)) {
       yield* Effect.sleep(ctx.rng.between(...storm.killEveryMs))
       if (yield* ctx.fleet.killOne(ctx.rng)) {
         kills++

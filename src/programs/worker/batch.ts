@@ -21,6 +21,7 @@ import * as Handle from "./handle.js"
 import * as Limits from "./limits.js"
 import * as MessageLogs from "./messageLogs.js"
 import { WorkerEvent } from "./model.js"
+import * as Pool from "./pool.js"
 import type { BatchHandle, BatchRunner } from "./runner.js"
 import type { RunState } from "./state.js"
 import * as Watchdog from "./watchdog.js"
@@ -175,15 +176,11 @@ export const process = (
       if (draining || Limits.reached(limits, now) !== undefined) return Effect.void
       progress[index] = running
       if (metrics) OutboxMetrics.messageAge.unsafeUpdate((now - row.createdAt.getTime()) / 1000, transportLabels)
-      const handling = Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing)
       return Effect.flatMap(
-        isolated ? Watchdog.isolate(watched, index, handling) : handling,
+        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing),
         (outcome) => {
-          // Stopped by the watchdog at its deadline: recorded here, while the batch's other messages run on.
-          if (outcome === undefined) return expire(row, index)
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
-          // Isolated, a handler that finished as its deadline passed keeps its outcome: nothing stopped it.
-          if (progress[index] !== running && !(isolated && progress[index] === timedOut)) return Effect.void
+          if (progress[index] !== running) return Effect.void
           progress[index] = finished
           const end = timed ? clock.unsafeCurrentTimeMillis() : 0
           const durationMs = end - now
@@ -228,6 +225,18 @@ export const process = (
           )
         })
       })
+    // The batch's messages, one at a time or side by side (each in a fiber of its own, see `Pool`).
+    const side = (
+      run: (
+        row: ReceivedMessage,
+        index: number
+      ) => Effect.Effect<void, TransportError | UnknownTransportError | StorageNotReadyError>
+    ) =>
+      batch.length === 1
+        ? run(batch[0]!, 0)
+        : isolated
+        ? Pool.run(batch.length, concurrency, (i) => run(batch[i]!, i), watched.stops!, (i) => expire(batch[i]!, i))
+        : Effect.forEach(batch, run, { discard: true })
     const suspects = countsDeliveries ? suspectsOf(batch) : undefined
 
     // The acks of the batch ride on the next claim or go to the writer; what was claimed but not started (a
@@ -305,13 +314,21 @@ export const process = (
       const stopTimer = Acks.batchStarted(acks, batch.length)
       const work = runner.submit(
         suspects === undefined
-          ? batch.length === 1 ? one(batch[0]!, 0) : Effect.forEach(batch, one, { concurrency, discard: true })
-          : Effect.forEach(
-            batch,
-            (row, index) => row.redelivered === true ? Effect.void : one(row, index),
-            { concurrency, discard: true }
-          ).pipe(
-            Effect.zipRight(Effect.forEach(suspects, (index) => alone(batch[index]!, index), { discard: true })),
+          ? side(one)
+          : side((row, index) => row.redelivered === true ? Effect.void : one(row, index)).pipe(
+            // Isolated, through the pool too: there the watchdog stops a message's own fiber.
+            Effect.zipRight(
+              isolated
+                ? Pool.run(
+                  suspects.length,
+                  1,
+                  (i) => alone(batch[i]!, i),
+                  watched.stops!,
+                  (i) => expire(batch[i]!, i),
+                  suspects
+                )
+                : Effect.forEach(suspects, (index) => alone(batch[index]!, index), { discard: true })
+            ),
             // The last one's ack too: the next batch's first message must not bring it back.
             Effect.zipRight(Effect.suspend(() => Acks.flush(acks, transport)))
           )

@@ -2,18 +2,17 @@
  * Handler timeouts: one watchdog fiber per worker, not a timer per message. Each handler run writes its deadline
  * into the slot of its message in the running batch (`arm`: a clock read and a few array writes); the watchdog
  * sleeps on the fiber's `Clock` until the earliest deadline and, when one has passed, marks the message timed out
- * and stops its handler alone. Messages that run side by side (`concurrency` > 1) each run their handlers in a fiber
- * of their own (`isolate`): that fiber is interrupted and the message's slot records the timeout at once, while
- * the other messages of the batch run on — a slow message does not cost its neighbours their work. One message at
- * a time, the batch's runner is abandoned (it starts afresh for the next batch); the batch then records the
- * timed-out message as a failure with `HandlerTimeoutError` and gives the unstarted ones back.
+ * and stops it. Messages that run side by side (`concurrency` > 1) each run in a fiber of their own (`pool.ts`):
+ * that fiber alone is interrupted and the timeout recorded at once, while the other messages of the batch run on —
+ * a slow message does not cost its neighbours their work. One message at a time, the batch's runner is abandoned
+ * (it starts afresh for the next batch); the batch then records the timed-out message as a failure with
+ * `HandlerTimeoutError` and gives the unstarted ones back.
  *
  * @internal
  */
 import type * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as FiberId from "effect/FiberId"
 import type { RegisteredHandler } from "../../services/Handlers.js"
 
 /** A message's progress in its batch (0: not started). @internal */
@@ -48,8 +47,8 @@ export interface Watched {
   /** Interrupts the batch where it stands (its runner is replaced for the next batch). */
   readonly abandon: Effect.Effect<void>
   /**
-   * When the batch's messages run side by side: per message whose handlers run in a fiber of their own
-   * (`isolate`), what stops that message alone. The batch is then never abandoned for a timeout.
+   * When the batch's messages run side by side: per running message, what stops it alone (see `pool.ts`). The
+   * batch is then never abandoned for a timeout.
    */
   readonly stops: Array<(() => void) | undefined> | undefined
   /** Whether the watchdog marked a message of it timed out. */
@@ -81,8 +80,8 @@ export const make = (clock: Clock.Clock, defaultTimeout: Duration.Duration): Wat
 })
 
 /**
- * The slots of a batch about to run, watched from now on; `isolated` when its messages run side by side, each
- * through `isolate`. @internal
+ * The slots of a batch about to run, watched from now on; `isolated` when its messages run side by side, each in a
+ * fiber of its own (`pool.ts`). @internal
  */
 export const watch = (dog: Watchdog, size: number, abandon: Effect.Effect<void>, isolated = false): Watched => {
   const watched: Watched = {
@@ -142,48 +141,6 @@ export const timedOutAt = (watched: Watched, index: number): TimedOut => {
     startedAt: watched.deadlines[index]! - timeoutMs
   }
 }
-
-/**
- * Runs the handling of message `index` of an isolated batch in a fiber of its own. It succeeds with the outcome, or
- * with `undefined` at once when the watchdog stops it at its deadline: its fiber is interrupted without being waited
- * for (a handler that ignores its interruption holds nothing up) and the caller records the timeout. Interrupted
- * itself (a shutdown past its timeout), it interrupts that fiber the same way.
- *
- * @internal
- */
-export const isolate = <A, E>(
-  watched: Watched,
-  index: number,
-  handling: Effect.Effect<A, E>
-): Effect.Effect<A | undefined, E> =>
-  Effect.flatMap(Effect.forkDaemon(handling), (fiber) =>
-    Effect.async<A | undefined, E>((resume) => {
-      const stops = watched.stops!
-      let done = false
-      const end = () => {
-        done = true
-        if (stops[index] === stop) stops[index] = undefined
-      }
-      const stop = () => {
-        if (done) return
-        end()
-        fiber.unsafeInterruptAsFork(FiberId.none)
-        resume(Effect.succeed(undefined))
-      }
-      stops[index] = stop
-      fiber.addObserver((exit) => {
-        if (done) return
-        end()
-        resume(exit)
-      })
-      // The watchdog passed between the handler's start and here: it could not stop it yet.
-      if (watched.progress[index] === timedOut) stop()
-      return Effect.sync(() => {
-        if (done) return
-        end()
-        fiber.unsafeInterruptAsFork(FiberId.none)
-      })
-    }))
 
 /** Resumes when `wake` is called, at once when a handler started early since the last scan. */
 const woken = (dog: Watchdog) =>
