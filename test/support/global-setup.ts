@@ -1,6 +1,6 @@
 import pg from "pg"
 import type { TestProject } from "vitest/node"
-import { sweep } from "./leftovers.js"
+import { sweep, track } from "./leftovers.js"
 import { startMariadb } from "./mariadb.js"
 import { startPostgres } from "./postgres.js"
 import { ensureBroker } from "./rabbitmq.js"
@@ -35,6 +35,9 @@ process.on("exit", () => {
 export default async function setup(project: TestProject) {
   const swept = sweep()
   if (swept.length > 0) console.log(`Stopped what an earlier test run left: ${swept.join(", ")}`)
+  // vitest's own folders (its transformed modules), which it removes when it closes: an interrupted run does not.
+  const projects = new Set([project.vitest.getRootProject(), ...project.vitest.projects])
+  const vitestDirs = track({ label: "vitest", processes: [], dirs: [...projects].map(({ tmpDir }) => tmpDir) })
   const fromEnv = process.env.DATABASE_URL
   const started = await Promise.allSettled(
     [
@@ -67,6 +70,7 @@ export default async function setup(project: TestProject) {
   project.provide("mysqlUrl", valueOf(mariadbResult).url)
   return async () => {
     await stopAll()
+    vitestDirs.release()
   }
 }
 

@@ -210,29 +210,46 @@ let counter = 0
 const cleanAll = () => {
   for (const [file, record] of [...tracked]) {
     tracked.delete(file)
-    if (clean(record)) fs.rmSync(file, { force: true })
+    if (clean(record)) removeRecord(file)
   }
+}
+
+/**
+ * Exits at once, with the `exit` event (playwright's listener kills its browsers and removes their folders). In a
+ * vitest worker `process.exit` is a stub that throws, which is why vitest's own SIGTERM listener there does not
+ * exit either: the worker then exits the way `process.exit` does it, through `reallyExit`.
+ */
+const exitNow = (code: number): never => {
+  try {
+    process.exit(code)
+  } catch {
+    // vitest's stub
+  }
+  process.exitCode = code
+  process.emit("exit", code)
+  return (process as unknown as { readonly reallyExit: (code: number) => never }).reallyExit(code)
 }
 
 const onSignal = (name: NodeJS.Signals) => {
   cleanAll()
-  // vitest's own listener (its main process, its workers on SIGTERM) exits as well; a worker's SIGINT has none.
-  process.exitCode ??= 128 + (os.constants.signals[name] ?? 0)
-  process.exit()
+  exitNow(128 + (os.constants.signals[name] ?? 0))
 }
 
-/** The listeners that stop what this process tracks when it ends; once per process. */
+/**
+ * The listeners that stop what this process tracks when it ends; once per process. The signal listeners go first:
+ * a listener before them that throws (vitest's in a worker, playwright's) would keep them from running.
+ */
 const install = () => {
   if (installed) return
   installed = true
   process.on("exit", cleanAll)
-  for (const name of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(name, onSignal)
+  for (const name of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.prependListener(name, onSignal)
   // A vitest worker whose parent is gone (it exited on a signal without stopping its pool) would run on alone.
   if (process.connected) {
     process.on("disconnect", () => {
       if (tracked.size === 0) return
       cleanAll()
-      process.exit(1)
+      exitNow(1)
     })
   }
   sweep()
@@ -256,8 +273,25 @@ const toRecord = (leftover: Leftover, owner: Identity): RecordFile => ({
 
 const write = (file: string, record: RecordFile) => {
   const temporary = `${file}.${process.pid}.tmp`
-  fs.writeFileSync(temporary, JSON.stringify(record))
+  // The folder goes with its last record (see `removeRecord`), possibly another run's at this moment.
+  fs.mkdirSync(recordsDir(), { recursive: true })
+  try {
+    fs.writeFileSync(temporary, JSON.stringify(record))
+  } catch {
+    fs.mkdirSync(recordsDir(), { recursive: true })
+    fs.writeFileSync(temporary, JSON.stringify(record))
+  }
   fs.renameSync(temporary, file)
+}
+
+/** Removes a record file, and the folder when it was the last record. */
+const removeRecord = (file: string) => {
+  fs.rmSync(file, { force: true })
+  try {
+    fs.rmdirSync(recordsDir())
+  } catch {
+    // other records (another run's), or gone
+  }
 }
 
 /**
@@ -267,7 +301,6 @@ const write = (file: string, record: RecordFile) => {
 export const track = (leftover: Leftover): Tracked => {
   install()
   const owner = identify(process.pid)!
-  fs.mkdirSync(recordsDir(), { recursive: true })
   const file = path.join(recordsDir(), `${process.pid}-${owner.start}-${++counter}.json`)
   const save = (next: Leftover) => {
     const record = toRecord(next, owner)
@@ -281,7 +314,7 @@ export const track = (leftover: Leftover): Tracked => {
     },
     release: () => {
       tracked.delete(file)
-      fs.rmSync(file, { force: true })
+      removeRecord(file)
     }
   }
 }
@@ -315,7 +348,7 @@ export const sweep = (): Array<string> => {
     } catch {
       continue
     }
-    if (clean(record)) fs.rmSync(claimed, { force: true })
+    if (clean(record)) removeRecord(claimed)
     else fs.renameSync(claimed, file)
     cleaned.push(record.label)
   }
