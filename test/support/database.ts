@@ -5,7 +5,8 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import pg from "pg"
 import { afterAll, beforeAll, inject } from "vitest"
-import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
+import type * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
+import { startPostgres } from "./postgres.js"
 
 /** The URL of the server's maintenance database, from the global setup. */
 export const adminUrl = (): string => inject("adminDatabaseUrl")
@@ -90,7 +91,7 @@ export const query = async <R extends Record<string, unknown>>(
 export const ownServer = (): () => EmbeddedPostgres.RunningPostgres => {
   let server: EmbeddedPostgres.RunningPostgres | undefined
   beforeAll(async () => {
-    server = await EmbeddedPostgres.start()
+    server = await startPostgres()
   }, 60_000)
   afterAll(async () => {
     await server?.stop()

@@ -6,7 +6,7 @@ import * as fs from "node:fs"
 
 /**
  * Ensures `binaries` exist: when one is missing, installs `pkg` with apt (root only; otherwise fails with `hint`,
- * what to install or set instead).
+ * what to install or set instead). It waits for a concurrent apt or dpkg (another worktree's tests) to finish.
  */
 export const ensurePackage = (pkg: string, binaries: ReadonlyArray<string>, hint: string): void => {
   if (binaries.every((binary) => fs.existsSync(binary))) return
@@ -14,7 +14,8 @@ export const ensurePackage = (pkg: string, binaries: ReadonlyArray<string>, hint
     throw new Error(`${pkg} is not installed (${binaries.join(", ")} missing): ${hint}`)
   }
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
-  const install = () => execFileSync("apt-get", ["install", "-y", "-q", pkg], { env, stdio: "ignore" })
+  const install = () =>
+    execFileSync("apt-get", ["install", "-y", "-q", "-o", "DPkg::Lock::Timeout=600", pkg], { env, stdio: "ignore" })
   try {
     install()
   } catch {

@@ -1,7 +1,8 @@
 import pg from "pg"
 import type { TestProject } from "vitest/node"
-import * as EmbeddedPostgres from "../../src/programs/EmbeddedPostgres.js"
+import { sweep, track } from "./leftovers.js"
 import { startMariadb } from "./mariadb.js"
+import { startPostgres } from "./postgres.js"
 import { ensureBroker } from "./rabbitmq.js"
 
 declare module "vitest" {
@@ -28,13 +29,19 @@ process.on("exit", () => {
  * Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one; finds a RabbitMQ broker: AMQP_URL,
  * a broker on 127.0.0.1:5672, or a private node started here (see support/rabbitmq.ts); and a MariaDB server:
  * MYSQL_URL, or a private server started here (see support/mariadb.ts). All start at once; what was started here
- * is stopped at the end.
+ * is stopped at the end, or when the run is interrupted (see support/leftovers.ts), and what an earlier run could
+ * not stop (it was killed) is stopped first.
  */
 export default async function setup(project: TestProject) {
+  const swept = sweep()
+  if (swept.length > 0) console.log(`Stopped what an earlier test run left: ${swept.join(", ")}`)
+  // vitest's own folders (its transformed modules), which it removes when it closes: an interrupted run does not.
+  const projects = new Set([project.vitest.getRootProject(), ...project.vitest.projects])
+  const vitestDirs = track({ label: "vitest", processes: [], dirs: [...projects].map(({ tmpDir }) => tmpDir) })
   const fromEnv = process.env.DATABASE_URL
   const started = await Promise.allSettled(
     [
-      fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : EmbeddedPostgres.start(),
+      fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : startPostgres(),
       ensureBroker(),
       startMariadb()
     ] as const
@@ -63,6 +70,7 @@ export default async function setup(project: TestProject) {
   project.provide("mysqlUrl", valueOf(mariadbResult).url)
   return async () => {
     await stopAll()
+    vitestDirs.release()
   }
 }
 

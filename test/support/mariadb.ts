@@ -3,7 +3,8 @@
  * test run — its own data directory (`mariadb-install-db`) in a temporary directory, a free loopback port, no
  * defaults file, no binary log, no name resolution. Run as root (CI), the server drops to Debian's unprivileged
  * `mysql` user (`--user`), which owns the directory. It is ready when a connection succeeds (about 2 s); `stop`
- * sends SIGTERM (a clean shutdown) and removes the directory.
+ * sends SIGTERM (a clean shutdown) and removes the directory. The server and its directory are tracked
+ * (support/leftovers.ts): they go when the test process ends, however it ends.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -11,6 +12,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
 import { ensurePackage } from "./debian.js"
+import { track } from "./leftovers.js"
 
 const serverBinary = "/usr/sbin/mariadbd"
 const installBinary = "/usr/bin/mariadb-install-db"
@@ -84,7 +86,16 @@ export const startPrivateMariadb = async (
   const userArgs = user === undefined ? [] : [`--user=${user.name}`]
   const dataDir = path.join(dir, "data")
   const log = path.join(dir, "server.log")
-  const remove = () => fs.rmSync(dir, { recursive: true, force: true })
+  const leftover = (pid?: number) => ({
+    label: `mariadb ${port}`,
+    processes: [...(pid === undefined ? [] : [{ pid }]), { pid: { file: path.join(dir, "mariadb.pid") } }],
+    dirs: [dir]
+  })
+  const tracked = track(leftover())
+  const remove = () => {
+    fs.rmSync(dir, { recursive: true, force: true })
+    tracked.release()
+  }
   try {
     execFileSync(installBinary, [
       "--no-defaults",
@@ -116,6 +127,7 @@ export const startPrivateMariadb = async (
       "--max-connections=300"
     ], { stdio: ["ignore", out, out] })
     fs.closeSync(out)
+    tracked.update(leftover(child.pid))
     const current = {
       child,
       exited: false,

@@ -4,19 +4,21 @@
  * A private node runs `/usr/lib/rabbitmq/bin/rabbitmq-server` directly as the current user (the
  * `/usr/sbin` wrapper would `su` to the `rabbitmq` user and use the system's directories), with everything
  * in its own temporary directory: node name `outbox-<pid>-<port>@localhost`, AMQP and distribution ports
- * picked free, bound to 127.0.0.1 (epmd too: `ERL_EPMD_ADDRESS`), no plugins, no config file, its own Erlang
+ * picked free, bound to 127.0.0.1, its own Erlang port mapper (epmd on a free port: `ERL_EPMD_PORT`, so that
+ * stopping it never touches another run's nodes or the system's), no plugins, no config file, its own Erlang
  * cookie (`HOME`). It is ready when an AMQP connection succeeds (about 5 s). `stop` sends SIGTERM (a clean
  * shutdown that keeps the data) and `start` boots it again on the same ports and data — the broker-outage test
- * controls its own node that way, never the shared one.
+ * controls its own node that way, never the shared one. The node, its epmd and its directory are tracked
+ * (support/leftovers.ts): they go when the test process ends, however it ends.
  */
 import * as Amqp from "amqplib"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
 import { ensurePackage } from "./debian.js"
+import { track } from "./leftovers.js"
 
 const serverScript = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
@@ -53,16 +55,6 @@ export const canConnect = async (url: string, timeout = 2000): Promise<boolean> 
   }
 }
 
-const portOpen = (port: number): Promise<boolean> =>
-  new Promise((resolve) => {
-    const socket = net.connect({ host: "127.0.0.1", port })
-    socket.once("connect", () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.once("error", () => resolve(false))
-  })
-
 const alive = (pid: number): boolean => {
   try {
     process.kill(pid, 0)
@@ -79,11 +71,11 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
   ensureInstalled()
   const port = await freePort()
   const distPort = await freePort()
+  const epmdPort = await freePort()
   const node = `outbox-${process.pid}-${port}@localhost`
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-rabbitmq-${port}-`))
   fs.writeFileSync(path.join(dir, "enabled_plugins"), "[].\n")
   const url = `amqp://guest:guest@127.0.0.1:${port}`
-  const epmdWasRunning = await portOpen(4369)
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     HOME: dir,
@@ -99,10 +91,22 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
     RABBITMQ_ADVANCED_CONFIG_FILE: path.join(dir, "advanced.config"),
     RABBITMQ_CONF_ENV_FILE: path.join(dir, "rabbitmq-env.conf"),
     RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: "-kernel inet_dist_use_interface {127,0,0,1}",
-    ERL_EPMD_ADDRESS: "127.0.0.1"
+    ERL_EPMD_ADDRESS: "127.0.0.1",
+    ERL_EPMD_PORT: String(epmdPort)
   }
   delete env.RABBITMQ_NODE_PORT_OVERRIDE
   let child: ChildProcess | undefined
+  // The script's pid leads the group (`detached`); beam.smp writes its own pid to RABBITMQ_PID_FILE.
+  const leftover = (pid?: number) => ({
+    label: `rabbitmq ${port}`,
+    processes: [
+      ...(pid === undefined ? [] : [{ pid, group: true }]),
+      { pid: { file: path.join(dir, "rabbitmq.pid") } }
+    ],
+    dirs: [dir],
+    epmdPort
+  })
+  const tracked = track(leftover())
 
   const start = async () => {
     const log = fs.openSync(path.join(dir, "server.log"), "a")
@@ -110,6 +114,7 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
     fs.closeSync(log)
     spawned.unref()
     child = spawned
+    tracked.update(leftover(spawned.pid))
     let exited = false
     spawned.once("exit", () => {
       exited = true
@@ -141,15 +146,14 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
 
   const destroy = async () => {
     await stop()
-    // epmd was started by our node: stop it too (it refuses while other nodes are registered).
-    if (!epmdWasRunning) {
-      try {
-        execFileSync("epmd", ["-kill"], { stdio: "ignore", env: { ...process.env, ERL_EPMD_ADDRESS: "127.0.0.1" } })
-      } catch {
-        // other nodes still use it, or it is gone already
-      }
+    // The node's own epmd.
+    try {
+      execFileSync("epmd", ["-kill"], { stdio: "ignore", env })
+    } catch {
+      // gone already
     }
     fs.rmSync(dir, { recursive: true, force: true })
+    tracked.release()
   }
 
   try {
