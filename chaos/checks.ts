@@ -98,7 +98,7 @@ export interface Counts {
   readonly maxReason: number
   /** Rows in the failure queue as `WorkerDiedError`. */
   readonly failedDied: number
-  /** Of those, messages whose handler never started: innocent messages failed as poison. */
+  /** Of those, messages whose handler never started, hostile rows apart: innocent messages failed as poison. */
   readonly failedNeverStarted: number
 }
 
@@ -157,7 +157,8 @@ export const evaluate = (observation: Observation): Result => {
     failed: observation.failed.length,
     maxReason: Math.max(0, ...reasons.map((r) => r ?? 0)),
     failedDied: died.length,
-    failedNeverStarted: died.filter((f) => f.started !== true).length
+    // Hostile rows are failed on purpose (`delivery_count = 2147483647` as WorkerDiedError): not innocent.
+    failedNeverStarted: died.filter((f) => f.started !== true && !hostile.has(f.messageId)).length
   }
   const checks: Array<Check> = [
     { name: "no loss", ok: lost === 0 },

@@ -147,6 +147,33 @@ describe("an idempotency table the role may not write", () => {
         yield* scenario({ table, store, rows, ran, says: [`permission denied for table ${store}`, "Least privilege"] })
       }).pipe(Effect.provide(stack))
     })))
+
+  it.live(
+    "MariaDB: the worker stops with a StorageNotReadyError naming the grant; every message is untouched",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("idem_denied")
+        const store = uniqueTable("idem_denied_records")
+        const ran = { count: 0 }
+        const stack = mysqlOutboxStack({ table, handlers: handlers(ran) }).pipe(
+          Layer.provideMerge(MysqlIdempotencyStore.layer({ table: store, autoSetup: true })),
+          Layer.orDie
+        )
+        const rows = Effect.map(
+          sql<Row>`SELECT queue_name, delivered_at IS NOT NULL AS delivered, delivery_count, headers
+          FROM ${sql(table)} ORDER BY id`,
+          (found) => found.map((row) => ({ ...row, delivery_count: Number(row.delivery_count) }))
+        )
+        yield* Effect.gen(function*() {
+          // ER_TABLEACCESS_DENIED_ERROR, as the server answers a user without INSERT on the table.
+          yield* sql.unsafe(`CREATE TRIGGER ${store}_deny BEFORE INSERT ON ${store} FOR EACH ROW
+          SIGNAL SQLSTATE '42000' SET MYSQL_ERRNO = 1142, MESSAGE_TEXT = 'INSERT command denied to user for table ${store}'`)
+          yield* scenario({ table, store, rows, ran, says: [`INSERT command denied`, "MySQL and MariaDB"] })
+        }).pipe(Effect.provide(stack))
+      }).pipe(Effect.provide(freshMysqlDatabase("idem_denied"))),
+    60_000
+  )
 })
 
 describe("a failure transport on another backend whose table is not set up", () => {

@@ -331,6 +331,39 @@ describe("handler timeout", () => {
     }))
 })
 
+describe("handler timeout, messages side by side", () => {
+  it.effect("a shutdown is not a timeout: the handlers in flight are interrupted and their messages released", () =>
+    Effect.gen(function*() {
+      let started = 0
+      let interrupted = 0
+      const bothStarted = Deferred.unsafeMake<void>(undefined as never)
+      const handle = () =>
+        Effect.suspend(() => {
+          const signal = ++started === 2 ? Deferred.succeed(bothStarted, undefined) : Effect.void
+          return Effect.zipRight(signal, Effect.never)
+        }).pipe(Effect.onInterrupt(() => Effect.sync(() => void interrupted++)))
+      yield* Effect.gen(function*() {
+        for (const orderId of [1, 2, 3]) yield* Outbox.dispatch(new OrderPaid({ orderId, amount: 5 }))
+        const worker = yield* Effect.fork(run({ concurrency: 2, batchSize: 3, shutdownTimeout: "1 second" }))
+        yield* Deferred.await(bothStarted)
+        const stopping = yield* Effect.fork(Fiber.interrupt(worker))
+        yield* sleepingUntil(1_000)
+        yield* TestClock.adjust("1 second")
+        yield* Fiber.join(stopping)
+        expect({ started, interrupted }).toEqual({ started: 2, interrupted: 2 })
+        const memory = yield* MemoryTransport.MemoryTransport
+        const rows = yield* memory.messagesOf("outbox")
+        expect(rows.map((row) => [JSON.parse(row.body).orderId, row.deliveredAt, row.deliveries])).toEqual([
+          [1, null, 0],
+          [2, null, 0],
+          [3, null, 0]
+        ])
+        expect(rows.map((row) => JSON.parse(row.headers).redeliveries)).toEqual([undefined, undefined, undefined])
+        expect(yield* memory.messagesOf("failed")).toEqual([])
+      }).pipe(Effect.provide(stack([Handlers.handler(OrderPaid, handle)])))
+    }))
+})
+
 describe("handler timeout options", () => {
   const handlers = stack([Handlers.handler(OrderPaid, () => Effect.void)])
 

@@ -90,10 +90,10 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
  * Handles one claimed message and decides its outcome. Handlers that already succeeded on an earlier delivery
  * are skipped. A handler that fails with a `StorageNotReadyError` (an idempotency store's table, a forward's target
  * not set up) fails it with that error: storage that is not ready is not the message's fault, so the worker stops
- * and gives the message back untouched. The handlers' services must be provided around it (`HandlersShape.provide`). With `watched`, each
- * handler's start arms its timeout in slot `index` of the batch (the worker's watchdog enforces it); with `logs`,
- * the running fiber's log lines carry the message (see `messageLogs.ts`); with `tracing`, its handlers run in the
- * message's `process` span (see `tracing.ts`).
+ * and gives the message back untouched. The handlers' services must be provided around it
+ * (`HandlersShape.provide`). With `watched`, each handler's start arms its timeout in slot `index` of the batch
+ * (the worker's watchdog enforces it); with `logs`, the running fiber's log lines carry the message (see
+ * `messageLogs.ts`); with `tracing`, its handlers run in the message's `process` span (see `tracing.ts`).
  *
  * @internal
  */
