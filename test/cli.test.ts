@@ -340,27 +340,34 @@ const notSetUp = (table: string) =>
   "name it with --table or $OUTBOX_TABLE (the transport's `table` option)"
 
 describe("outbox command line: what its errors say to do", () => {
-  it.live("a missing table: which table, setup-transports, --table and $OUTBOX_TABLE; in one line from the binary", () =>
-    Effect.gen(function*() {
-      const table = uniqueTable("cli_missing")
-      const binary = Cli.make()
-      for (
-        const args of [
-          ["stats"],
-          ["stats", "--format", "json"],
-          ["failed:show"],
-          ["failed:show", "7"],
-          ["failed:retry", "7", "--force"],
-          ["failed:remove", "--all", "--force"]
-        ]
-      ) {
-        const result = yield* runCli(binary, [...args, "--table", table, "--dsn", db.url])
-        expect(failure(result), args.join(" ")).toBe(notSetUp(table))
-      }
-      const proc = spawnScript("src/programs/outbox-main.ts", ["stats"], { DATABASE_URL: db.url, OUTBOX_TABLE: table })
-      expect((yield* Effect.promise(() => proc.exited)).code).toBe(1)
-      expect(proc.stderr.join("")).toBe(`error: ${notSetUp(table)}\n`)
-    }))
+  it.live(
+    "a missing table: which table, setup-transports, --table and $OUTBOX_TABLE; in one line from the binary",
+    () =>
+      Effect.gen(function*() {
+        const table = uniqueTable("cli_missing")
+        const binary = Cli.make()
+        for (
+          const args of [
+            ["stats"],
+            ["stats", "--format", "json"],
+            ["failed:show"],
+            ["failed:show", "7"],
+            ["failed:retry", "7", "--force"],
+            ["failed:remove", "--all", "--force"]
+          ]
+        ) {
+          const result = yield* runCli(binary, [...args, "--table", table, "--dsn", db.url])
+          expect(failure(result), args.join(" ")).toBe(notSetUp(table))
+        }
+        const proc = spawnScript("src/programs/outbox-main.ts", ["stats"], {
+          DATABASE_URL: db.url,
+          OUTBOX_TABLE: table
+        })
+        expect((yield* Effect.promise(() => proc.exited)).code).toBe(1)
+        expect(proc.stderr.join("")).toBe(`error: ${notSetUp(table)}\n`)
+      }),
+    120_000
+  )
 
   it.live("a mistyped option is refused by name, with the nearest valid one, before any statement", () =>
     Effect.gen(function*() {
