@@ -26,3 +26,9 @@ export const waitingWorkers = (table: string): string => `${table}_waiting`
  * same name, unqualified (a trigger belongs to its table). @internal
  */
 export const wakeFunction = (table: string): string => `${table}_wake`
+
+/**
+ * The function of a transport table's key-place trigger: `<table>_key_place`, in the table's schema (migration 14).
+ * Its trigger has the same name, unqualified. @internal
+ */
+export const keyPlaceFunction = (table: string): string => `${table}_key_place`
