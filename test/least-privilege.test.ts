@@ -360,12 +360,12 @@ describe("least privilege", () => {
             `SELECT body, ordering_key, ordering_seq FROM ${table} ORDER BY ordering_key, ordering_seq`
           )
         )
-        expect(places.map((row) => [row.ordering_key, Number(row.ordering_seq), orderIdOf(row)])).toEqual([
-          ["a", 1, 1],
-          ["a", 2, 3],
-          ["a", 3, 4],
-          ["a", 4, 5],
-          ["b", 1, 2]
+        expect(places.map((row) => [row.ordering_key, orderIdOf(row)])).toEqual([
+          ["a", 1],
+          ["a", 3],
+          ["a", 4],
+          ["a", 5],
+          ["b", 2]
         ])
 
         // A worker waits (polling once a minute) until a keyed dispatch, then a plain one, wakes it.

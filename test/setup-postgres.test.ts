@@ -52,7 +52,8 @@ describe("PostgreSQL setup", () => {
         [11, "claim_plans"],
         [12, "wake_trigger"],
         [13, "crash_count"],
-        [14, "producer_insert_only"]
+        [14, "producer_insert_only"],
+        [15, "bounded_keys"]
       ])
       // Each table a message passes through is vacuumed after a fixed count of dead row versions, unthrottled.
       const settings = yield* sql<{ name: string; options: ReadonlyArray<string> }>`
@@ -143,7 +144,7 @@ describe("PostgreSQL setup", () => {
           (rows) => rows[0]!.may
         )
       expect([yield* may(worker), yield* may(other)]).toEqual([true, false])
-      expect(yield* transport.setup).toEqual(["13_crash_count", "14_producer_insert_only"])
+      expect(yield* transport.setup).toEqual(["13_crash_count", "14_producer_insert_only", "15_bounded_keys"])
       expect([yield* may(worker), yield* may(other)]).toEqual([true, false])
       const [result] = yield* sql<{ columns: ReadonlyArray<string> }>`
         SELECT proargnames[7:] AS columns FROM pg_proc WHERE oid = to_regprocedure(${signature})`

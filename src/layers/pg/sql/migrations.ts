@@ -22,7 +22,9 @@ import { claimFunctionV11 } from "./claimFunctionV11.js"
 import { claimFunctionV13 } from "./claimFunctionV13.js"
 import {
   claimFunction,
+  forgetKeyFunction,
   keyPlaceFunction,
+  keyPlaces,
   keySequences,
   keyStates,
   quote,
@@ -147,6 +149,62 @@ $place$`,
     `DROP TRIGGER IF EXISTS ${placeTrigger} ON ${t}`,
     `CREATE TRIGGER ${placeTrigger} BEFORE INSERT ON ${t} FOR EACH ROW
   WHEN (NEW.ordering_key IS NOT NULL AND NEW.ordering_seq IS NULL) EXECUTE FUNCTION ${place}()`
+  ]
+}
+
+/**
+ * Migration 15: storage that does not only grow. A key's row in `<table>_key_seq` is deleted with its row in
+ * `<table>_keys` — by the claim, once no message of the key is left and no producer holds the key (the claim holds
+ * its sequence row's lock then: an AFTER DELETE trigger of `<table>_keys`, with the owner's rights, deletes it in the
+ * claim's transaction). A key whose row went takes up again from a table-wide sequence (`<table>_places`) instead
+ * of from 1: a place is drawn while the key's row is locked — by the producer that inserted it or waited for it —
+ * so places still follow commit order, and every place is above every place drawn before, of every key, in every
+ * queue: a message moved back from the failure queue never meets a place taken again, and deleting a key's row at
+ * any moment can never make two places equal or out of order. The sequence starts above every place already taken.
+ * Rows left by keys that emptied before are deleted. The claim index (migration 1) goes: its key is the unkeyed
+ * index's, which the claims use for every unkeyed row, and a keyed row has the ordering index — every dispatch wrote
+ * both. `schema` is the table's (as migration 14's).
+ */
+const boundedKeysV15 = (table: string, schema: string) => {
+  const qualified = (name: string) => quote(`${schema}.${nameOf(name)}`)
+  const t = qualified(table)
+  const seq = qualified(keySequences(table))
+  const keys = qualified(keyStates(table))
+  const places = qualified(keyPlaces(table))
+  const definer = "SECURITY DEFINER SET search_path = pg_catalog, pg_temp"
+  const forget = qualified(forgetKeyFunction(table))
+  const forgetTrigger = quote(`${nameOf(keyStates(table))}_forget`)
+  return [
+    `CREATE SEQUENCE IF NOT EXISTS ${places} AS bigint`,
+    `SELECT pg_catalog.setval('${places.replace(/'/g, "''")}', greatest(
+      (SELECT max(next_seq) FROM ${seq}), (SELECT max(ordering_seq) + 1 FROM ${t}), 1))`,
+    `CREATE OR REPLACE FUNCTION ${qualified(keyPlaceFunction(table))}() RETURNS trigger LANGUAGE plpgsql ${definer}
+AS $place$
+BEGIN
+  INSERT INTO ${seq} AS s (queue_name, ordering_key, next_seq)
+  VALUES (NEW.queue_name, NEW.ordering_key, pg_catalog.nextval('${places.replace(/'/g, "''")}') + 1)
+  ON CONFLICT (queue_name, ordering_key)
+    DO UPDATE SET next_seq = greatest(s.next_seq, pg_catalog.nextval('${places.replace(/'/g, "''")}')) + 1
+  RETURNING s.next_seq - 1 INTO NEW.ordering_seq;
+  INSERT INTO ${keys} AS k (queue_name, ordering_key, due_at)
+  VALUES (NEW.queue_name, NEW.ordering_key, NEW.available_at)
+  ON CONFLICT (queue_name, ordering_key) DO NOTHING;
+  RETURN NEW;
+END
+$place$`,
+    `CREATE OR REPLACE FUNCTION ${forget}() RETURNS trigger LANGUAGE plpgsql ${definer} AS $forget$
+BEGIN
+  DELETE FROM ${seq} AS s USING deleted AS d
+  WHERE s.queue_name = d.queue_name AND s.ordering_key = d.ordering_key;
+  RETURN NULL;
+END
+$forget$`,
+    `DROP TRIGGER IF EXISTS ${forgetTrigger} ON ${keys}`,
+    `CREATE TRIGGER ${forgetTrigger} AFTER DELETE ON ${keys} REFERENCING OLD TABLE AS deleted
+  FOR EACH STATEMENT EXECUTE FUNCTION ${forget}()`,
+    `DELETE FROM ${seq} AS s WHERE NOT EXISTS (
+      SELECT 1 FROM ${keys} AS k WHERE k.queue_name = s.queue_name AND k.ordering_key = s.ordering_key)`,
+    `DROP INDEX IF EXISTS ${quote(`${schema}.${indexName(table, "_claim_idx")}`)}`
   ]
 }
 
@@ -298,6 +356,11 @@ export const loader = (table: string) => {
       for (const statement of producerInsertOnlyV14(table, schemaOf(table) ?? current!.schema)) {
         yield* sql.unsafe(statement)
       }
+    }),
+    "15_bounded_keys": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const [current] = yield* sql<{ readonly schema: string }>`SELECT current_schema() AS schema`
+      for (const statement of boundedKeysV15(table, schemaOf(table) ?? current!.schema)) yield* sql.unsafe(statement)
     })
   })
 }

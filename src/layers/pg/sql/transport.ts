@@ -293,18 +293,26 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
 }
 
 /**
- * The queue names a table holds, each once and in order, at most `limit`: a skip scan of the claim index (one
- * index probe per queue), so the number of rows does not matter.
+ * The queue names a table holds, each once and in order, at most `limit`: a skip scan of the unkeyed and the ordering
+ * indexes (migration 15 left no index of every row), one probe of each per queue, so the number of rows does not
+ * matter.
  *
  * @internal
  */
 export const queueNames = (sql: SqlClient.SqlClient, table: string, limit: number) => {
   const t = sql(table)
+  const after = (bound: Statement.Fragment | undefined) =>
+    sql`least(
+      (SELECT queue_name FROM ${t} WHERE ordering_key IS NULL ${
+      bound === undefined ? sql`` : sql`AND queue_name > ${bound}`
+    } ORDER BY queue_name LIMIT 1),
+      (SELECT queue_name FROM ${t} WHERE ordering_key IS NOT NULL ${
+      bound === undefined ? sql`` : sql`AND queue_name > ${bound}`
+    } ORDER BY queue_name LIMIT 1))`
   return sql<{ readonly queue_name: string }>`WITH RECURSIVE queues AS (
-      (SELECT queue_name FROM ${t} ORDER BY queue_name LIMIT 1)
+      SELECT ${after(undefined)} AS queue_name
       UNION ALL
-      SELECT (SELECT queue_name FROM ${t} WHERE queue_name > queues.queue_name ORDER BY queue_name LIMIT 1)
-      FROM queues WHERE queues.queue_name IS NOT NULL)
+      SELECT ${after(sql`queues.queue_name`)} FROM queues WHERE queues.queue_name IS NOT NULL)
     SELECT queue_name FROM queues WHERE queue_name IS NOT NULL LIMIT ${limit}`
 }
 
