@@ -77,7 +77,7 @@ describe("index compaction", () => {
       const done = Option.getOrThrow(yield* PgCompaction.compactIndexes({ table, minBytes: 256 * 1024 }))
       expect(done.dropped).toEqual([])
       const byName = new Map(done.indexes.map((index) => [index.index, index]))
-      for (const name of [`${table}_pkey`, `${table}_claim_idx`, `${table}_message_id_idx`, `${table}_unkeyed_idx`]) {
+      for (const name of [`${table}_pkey`, `${table}_message_id_idx`, `${table}_unkeyed_idx`]) {
         const index = byName.get(name)!
         expect(index.bytesBefore).toBeGreaterThan(256 * 1024)
         expect(index.rebuilt).toBe(true)
@@ -100,7 +100,7 @@ describe("index compaction", () => {
       }
       yield* sql.unsafe(`VACUUM ${table}`)
       const done = Option.getOrThrow(yield* PgCompaction.compactIndexes({ table }))
-      const claim = done.indexes.find((index) => index.index === `${table}_claim_idx`)!
+      const claim = done.indexes.find((index) => index.index === `${table}_unkeyed_idx`)!
       expect(claim.bytesBefore).toBeGreaterThan(1024 * 1024)
       expect(claim.rebuilt).toBe(false)
     })), 120_000)
@@ -164,9 +164,9 @@ describe("index compaction", () => {
       const result = yield* runCli(cli, ["storage:compact", "--min-size", "256K", "--dsn", db.url])
       const lines = result.stdout.trim().split("\n")
       expect(lines[0]).toMatch(/^INDEX +\| BEFORE +\| AFTER +\|$/)
-      expect(lines.find((line) => line.startsWith(`${table}_claim_idx `))).toMatch(/MB \| (8|16) kB +\| rebuilt$/)
+      expect(lines.find((line) => line.startsWith(`${table}_unkeyed_idx `))).toMatch(/MB \| (8|16) kB +\| rebuilt$/)
       expect(lines.find((line) => line.startsWith(`${table}_waiting_pkey `))).toMatch(/\| kept$/)
-      expect(lines.at(-1)).toMatch(/^\[OK\] Rebuilt 4 of 10 index\(es\): [\d.]+ MB → [\d.]+ kB\.$/)
+      expect(lines.at(-1)).toMatch(/^\[OK\] Rebuilt 3 of 9 index\(es\): [\d.]+ MB → [\d.]+ kB\.$/)
       const bad = yield* runCli(cli, ["storage:compact", "--min-size", "big", "--dsn", db.url])
       expect(bad.stderr + bad.stdout).toContain("--min-size: expected a size such as 1M, got big")
     })), 120_000)

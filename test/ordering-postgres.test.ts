@@ -26,7 +26,165 @@ const db = testDatabase("ordering")
 
 const quiet = Logger.withMinimumLogLevel(LogLevel.None)
 
+/** The places (`ordering_seq`) of a key's messages, and whether the key has a sequence row and a workers' row. */
+const keyState = (table: string, key: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.all({
+      places: Effect.map(
+        sql<{ seq: string }>`SELECT ordering_seq::text AS seq FROM ${sql(table)}
+          WHERE ordering_key = ${key} ORDER BY ordering_seq`,
+        (rows) => rows.map((row) => Number(row.seq))
+      ),
+      sequenceRows: Effect.map(
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${table}_key_seq`)} WHERE ordering_key = ${key}`,
+        (rows) => rows[0]!.n
+      ),
+      workerRows: Effect.map(
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${table}_keys`)} WHERE ordering_key = ${key}`,
+        (rows) => rows[0]!.n
+      )
+    }))
+
 describe("ordering keys on PostgreSQL", () => {
+  it.live(
+    "a key's rows go once no message of it is left; its next message is placed above every earlier one",
+    () =>
+      db.withPg(Effect.gen(function*() {
+        const table = uniqueTable("bounded")
+        const order: Array<number> = []
+        yield* Effect.gen(function*() {
+          yield* (yield* Outbox.Outbox).dispatchAll(
+            [1, 2, 3].map((n) => new Step({ key: "a", n })),
+            { orderingKey: "a" }
+          )
+          const first = yield* keyState(table, "a")
+          expect(first).toMatchObject({ sequenceRows: 1, workerRows: 1 })
+          yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis" })
+          // The claim after the last ack found the key empty and no producer holding it: both rows are gone.
+          expect(yield* keyState(table, "a")).toEqual({ places: [], sequenceRows: 0, workerRows: 0 })
+          yield* Outbox.dispatch(new Step({ key: "a", n: 4 }), { orderingKey: "a" })
+          const again = yield* keyState(table, "a")
+          expect(again.places[0]!).toBeGreaterThan(Math.max(...first.places))
+          yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis" })
+          expect(order).toEqual([1, 2, 3, 4])
+        }).pipe(
+          Effect.provide(outboxStack({
+            table,
+            handlers: [Handlers.handler(Step, (step) => Effect.sync(() => order.push(step.n)))]
+          })),
+          quiet
+        )
+      })),
+    60_000
+  )
+
+  it.live(
+    "a producer that waits for the key's row while a worker deletes it takes a place above every earlier one",
+    () =>
+      db.withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("forget_race")
+        const order: Array<number> = []
+        yield* Effect.gen(function*() {
+          yield* (yield* Outbox.Outbox).dispatchAll(
+            [1, 2].map((n) => new Step({ key: "a", n })),
+            { orderingKey: "a" }
+          )
+          const before = yield* keyState(table, "a")
+          yield* sql`DELETE FROM ${sql(table)}`
+          // What the claim does with an empty key, in a transaction held open: lock its sequence row, delete its
+          // workers' row (whose trigger deletes the sequence row).
+          const deleted = yield* Deferred.make<void>()
+          const commit = yield* Deferred.make<void>()
+          const worker = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+            yield* sql`SELECT 1 FROM ${sql(`${table}_key_seq`)} WHERE ordering_key = 'a' FOR UPDATE SKIP LOCKED`
+            yield* sql`DELETE FROM ${sql(`${table}_keys`)} WHERE ordering_key = 'a'`
+            yield* Deferred.succeed(deleted, undefined)
+            yield* Deferred.await(commit)
+          })))
+          yield* Deferred.await(deleted)
+          const producer = yield* Effect.fork(sql.withTransaction(
+            Outbox.dispatch(new Step({ key: "a", n: 3 }), { orderingKey: "a" })
+          ))
+          yield* awaitLockWaiter
+          yield* Deferred.succeed(commit, undefined)
+          yield* Fiber.join(worker)
+          yield* Fiber.join(producer)
+          // A second producer, after: the key's row is the first one's again.
+          yield* Outbox.dispatch(new Step({ key: "a", n: 4 }), { orderingKey: "a" })
+          const after = yield* keyState(table, "a")
+          expect(after.sequenceRows).toBe(1)
+          expect(after.workerRows).toBe(1)
+          expect(after.places).toHaveLength(2)
+          expect(after.places[0]!).toBeGreaterThan(Math.max(...before.places))
+          expect(after.places[1]!).toBeGreaterThan(after.places[0]!)
+          yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis" })
+          expect(order).toEqual([3, 4])
+        }).pipe(
+          Effect.provide(outboxStack({
+            table,
+            handlers: [Handlers.handler(Step, (step) => Effect.sync(() => order.push(step.n)))]
+          })),
+          quiet
+        )
+      })),
+    60_000
+  )
+
+  it.live(
+    "producers keep coming while workers empty and delete their keys: every key in commit order, no row left",
+    () =>
+      db.withPg(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = uniqueTable("forget_churn")
+        const started = new Map<string, Array<number>>()
+        const keys = 6
+        const perKey = 40
+        yield* Effect.gen(function*() {
+          // Each key has one producer, one message per transaction: its commit order is 1, 2, 3, …
+          const produce = Effect.forEach(
+            Array.from({ length: keys }, (_, k) => `k${k}`),
+            (key) =>
+              Effect.forEach(
+                Array.from({ length: perKey }, (_, i) => i + 1),
+                (n) =>
+                  sql.withTransaction(Outbox.dispatch(new Step({ key, n }), { orderingKey: key })).pipe(
+                    Effect.zipLeft(Effect.sleep(`${n % 3} millis`))
+                  ),
+                { discard: true }
+              ),
+            { concurrency: "unbounded", discard: true }
+          )
+          const consume = Worker.run({ transports: ["outbox"], concurrency: 4, batchSize: 3, sleep: "5 millis" })
+          const consumers = yield* Effect.fork(Effect.all([consume, consume], { concurrency: "unbounded" }))
+          yield* produce
+          yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis" }).pipe(
+            Effect.repeat({
+              until: () => [...started.values()].reduce((total, steps) => total + steps.length, 0) >= keys * perKey
+            })
+          )
+          yield* Fiber.interrupt(consumers)
+          for (let k = 0; k < keys; k++) {
+            expect(started.get(`k${k}`)).toEqual(Array.from({ length: perKey }, (_, i) => i + 1))
+          }
+          // Once every key is empty (a last claim looks at them), no key keeps a row.
+          yield* Worker.run({ transports: ["outbox"], stopWhenEmpty: true, sleep: "10 millis" })
+          const left = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${table}_key_seq`)}`
+          expect(left[0]!.n).toBe(0)
+        }).pipe(
+          Effect.provide(outboxStack({
+            table,
+            handlers: [Handlers.handler(Step, (step) =>
+              Effect.sync(() =>
+                started.set(step.key, [...(started.get(step.key) ?? []), step.n])
+              ))]
+          })),
+          quiet
+        )
+      })),
+    120_000
+  )
+
   it.live(
     "a producer that commits later waits for the one holding the key, and its message comes after",
     () =>

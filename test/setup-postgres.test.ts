@@ -5,6 +5,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as MessageId from "../src/domain/MessageId.js"
+import { claimFunctionV11 } from "../src/layers/pg/sql/claimFunctionV11.js"
 import { claimCall } from "../src/layers/pg/sql/transport.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import { testDatabase } from "./support/database.js"
@@ -50,7 +51,9 @@ describe("PostgreSQL setup", () => {
         [10, "autovacuum"],
         [11, "claim_plans"],
         [12, "wake_trigger"],
-        [13, "crash_count"]
+        [13, "crash_count"],
+        [14, "producer_insert_only"],
+        [15, "bounded_keys"]
       ])
       // Each table a message passes through is vacuumed after a fixed count of dead row versions, unthrottled.
       const settings = yield* sql<{ name: string; options: ReadonlyArray<string> }>`
@@ -117,6 +120,39 @@ describe("PostgreSQL setup", () => {
       expect(after!.value).toBe("on")
       // Both claims committed: nothing is left to claim.
       expect(yield* claimWith(transport, "outbox", 10)).toEqual([])
+    })))
+
+  it.live("an upgrade through migration 13 keeps the claim function's grants (PUBLIC's revoked stays revoked)", () =>
+    withPg(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const table = uniqueTable("regrant")
+      const worker = `${table}_worker`
+      const other = `${table}_other`
+      const signature = `"${table}_claim"(text, float8, int, bigint[], boolean, float8)`
+      const transport = yield* PgTransport.make({ table })
+      yield* transport.setup
+      // The table as migration 12 left it, its claim function granted as the README says.
+      yield* sql.unsafe(`DROP FUNCTION ${signature}`)
+      yield* sql.unsafe(claimFunctionV11(`"${table}"`, `"${table}_claim"`, `"${table}_key_seq"`, `"${table}_keys"`))
+      yield* sql.unsafe(`DELETE FROM "${table}_migrations" WHERE migration_id >= 13`)
+      for (const role of [worker, other]) yield* sql.unsafe(`CREATE ROLE "${role}"`)
+      yield* sql.unsafe(`REVOKE EXECUTE ON FUNCTION ${signature} FROM PUBLIC`)
+      yield* sql.unsafe(`GRANT EXECUTE ON FUNCTION ${signature} TO "${worker}"`)
+      const may = (role: string) =>
+        Effect.map(
+          sql<{ may: boolean }>`SELECT has_function_privilege(${role}, ${signature}, 'EXECUTE') AS may`,
+          (rows) => rows[0]!.may
+        )
+      expect([yield* may(worker), yield* may(other)]).toEqual([true, false])
+      expect(yield* transport.setup).toEqual(["13_crash_count", "14_producer_insert_only", "15_bounded_keys"])
+      expect([yield* may(worker), yield* may(other)]).toEqual([true, false])
+      const [result] = yield* sql<{ columns: ReadonlyArray<string> }>`
+        SELECT proargnames[7:] AS columns FROM pg_proc WHERE oid = to_regprocedure(${signature})`
+      expect(result!.columns).toContain("crash_count")
+      for (const role of [worker, other]) {
+        yield* sql.unsafe(`DROP OWNED BY "${role}"`)
+        yield* sql.unsafe(`DROP ROLE "${role}"`)
+      }
     })))
 
   it.live("works in another schema: table, claim function and claims", () =>

@@ -26,3 +26,18 @@ export const waitingWorkers = (table: string): string => `${table}_waiting`
  * same name, unqualified (a trigger belongs to its table). @internal
  */
 export const wakeFunction = (table: string): string => `${table}_wake`
+
+/**
+ * The function of a transport table's key-place trigger: `<table>_key_place`, in the table's schema (migration 14).
+ * Its trigger has the same name, unqualified. @internal
+ */
+export const keyPlaceFunction = (table: string): string => `${table}_key_place`
+
+/** The table-wide sequence of ordering-key places (migration 15): `<table>_places`, in the table's schema. @internal */
+export const keyPlaces = (table: string): string => `${table}_places`
+
+/**
+ * The function of the trigger that deletes a key's sequence row with its workers' row: `<table>_forget_key`, in the
+ * table's schema (migration 15). Its trigger, on `<table>_keys`, is `<table>_keys_forget`. @internal
+ */
+export const forgetKeyFunction = (table: string): string => `${table}_forget_key`

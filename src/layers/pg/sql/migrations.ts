@@ -20,7 +20,17 @@ import {
 } from "./claimFunctions.js"
 import { claimFunctionV11 } from "./claimFunctionV11.js"
 import { claimFunctionV13 } from "./claimFunctionV13.js"
-import { claimFunction, keySequences, keyStates, quote, waitingWorkers, wakeFunction } from "./identifiers.js"
+import {
+  claimFunction,
+  forgetKeyFunction,
+  keyPlaceFunction,
+  keyPlaces,
+  keySequences,
+  keyStates,
+  quote,
+  waitingWorkers,
+  wakeFunction
+} from "./identifiers.js"
 
 /** Index names of migration 1: the table's name (dots as `_`) cut to fit 63 bytes with the suffix. */
 const indexName = (table: string, suffix: string): string =>
@@ -95,6 +105,106 @@ $wake$`,
     `DROP TRIGGER IF EXISTS ${trigger} ON ${t}`,
     `CREATE TRIGGER ${trigger} AFTER INSERT ON ${t} REFERENCING NEW TABLE AS inserted
   FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`
+  ]
+}
+
+/**
+ * Migration 14: a producer needs `INSERT` on the table and nothing else, whatever a later migration adds. The
+ * wake-up trigger's function runs with its owner's rights (the role that ran the setup: `SECURITY DEFINER`), its
+ * `search_path` pinned and every name qualified, so a producer's role needs no privilege on `<table>_waiting`. A
+ * keyed message is a plain INSERT too: a row trigger of the same kind, only for rows with a key and no place yet
+ * (`WHEN`: an unkeyed INSERT does not call it; a producer of an earlier version brings its place), takes the key's
+ * next place from `<table>_key_seq` — under its row lock, held to the producer's commit, so places follow commit
+ * order — then adds the key's row to `<table>_keys` if missing (after the lock: a claimer deleting the key as
+ * empty holds it), due when the row is. `schema` is the table's (the current schema for an unqualified name).
+ */
+const producerInsertOnlyV14 = (table: string, schema: string) => {
+  const qualified = (name: string) => quote(`${schema}.${nameOf(name)}`)
+  const t = qualified(table)
+  const definer = "SECURITY DEFINER SET search_path = pg_catalog, pg_temp"
+  const place = qualified(keyPlaceFunction(table))
+  const placeTrigger = quote(`${nameOf(table)}_key_place`)
+  return [
+    `CREATE OR REPLACE FUNCTION ${qualified(wakeFunction(table))}() RETURNS trigger LANGUAGE plpgsql ${definer}
+AS $wake$
+BEGIN
+  PERFORM pg_catalog.pg_notify(coalesce(w.channel, '${defaultChannel(table).replace(/'/g, "''")}'), w.queue_name)
+  FROM (SELECT DISTINCT w.queue_name, w.channel FROM ${qualified(waitingWorkers(table))} AS w
+    WHERE w.queue_name IN (SELECT i.queue_name FROM inserted AS i) AND w.expires_at > pg_catalog.now()) AS w;
+  RETURN NULL;
+END
+$wake$`,
+    `CREATE OR REPLACE FUNCTION ${place}() RETURNS trigger LANGUAGE plpgsql ${definer} AS $place$
+BEGIN
+  INSERT INTO ${qualified(keySequences(table))} AS s (queue_name, ordering_key, next_seq)
+  VALUES (NEW.queue_name, NEW.ordering_key, 2)
+  ON CONFLICT (queue_name, ordering_key) DO UPDATE SET next_seq = s.next_seq + 1
+  RETURNING s.next_seq - 1 INTO NEW.ordering_seq;
+  INSERT INTO ${qualified(keyStates(table))} AS k (queue_name, ordering_key, due_at)
+  VALUES (NEW.queue_name, NEW.ordering_key, NEW.available_at)
+  ON CONFLICT (queue_name, ordering_key) DO NOTHING;
+  RETURN NEW;
+END
+$place$`,
+    `DROP TRIGGER IF EXISTS ${placeTrigger} ON ${t}`,
+    `CREATE TRIGGER ${placeTrigger} BEFORE INSERT ON ${t} FOR EACH ROW
+  WHEN (NEW.ordering_key IS NOT NULL AND NEW.ordering_seq IS NULL) EXECUTE FUNCTION ${place}()`
+  ]
+}
+
+/**
+ * Migration 15: storage that does not only grow. A key's row in `<table>_key_seq` is deleted with its row in
+ * `<table>_keys` — by the claim, once no message of the key is left and no producer holds the key (the claim holds
+ * its sequence row's lock then: an AFTER DELETE trigger of `<table>_keys`, with the owner's rights, deletes it in the
+ * claim's transaction). A key whose row went takes up again from a table-wide sequence (`<table>_places`) instead
+ * of from 1: a place is drawn while the key's row is locked — by the producer that inserted it or waited for it —
+ * so places still follow commit order, and every place is above every place drawn before, of every key, in every
+ * queue: a message moved back from the failure queue never meets a place taken again, and deleting a key's row at
+ * any moment can never make two places equal or out of order. The sequence starts above every place already taken.
+ * Rows left by keys that emptied before are deleted. The claim index (migration 1) goes: its key is the unkeyed
+ * index's, which the claims use for every unkeyed row, and a keyed row has the ordering index — every dispatch wrote
+ * both. `schema` is the table's (as migration 14's).
+ */
+const boundedKeysV15 = (table: string, schema: string) => {
+  const qualified = (name: string) => quote(`${schema}.${nameOf(name)}`)
+  const t = qualified(table)
+  const seq = qualified(keySequences(table))
+  const keys = qualified(keyStates(table))
+  const places = qualified(keyPlaces(table))
+  const definer = "SECURITY DEFINER SET search_path = pg_catalog, pg_temp"
+  const forget = qualified(forgetKeyFunction(table))
+  const forgetTrigger = quote(`${nameOf(keyStates(table))}_forget`)
+  return [
+    `CREATE SEQUENCE IF NOT EXISTS ${places} AS bigint`,
+    `SELECT pg_catalog.setval('${places.replace(/'/g, "''")}', greatest(
+      (SELECT max(next_seq) FROM ${seq}), (SELECT max(ordering_seq) + 1 FROM ${t}), 1))`,
+    `CREATE OR REPLACE FUNCTION ${qualified(keyPlaceFunction(table))}() RETURNS trigger LANGUAGE plpgsql ${definer}
+AS $place$
+BEGIN
+  INSERT INTO ${seq} AS s (queue_name, ordering_key, next_seq)
+  VALUES (NEW.queue_name, NEW.ordering_key, pg_catalog.nextval('${places.replace(/'/g, "''")}') + 1)
+  ON CONFLICT (queue_name, ordering_key)
+    DO UPDATE SET next_seq = greatest(s.next_seq, pg_catalog.nextval('${places.replace(/'/g, "''")}')) + 1
+  RETURNING s.next_seq - 1 INTO NEW.ordering_seq;
+  INSERT INTO ${keys} AS k (queue_name, ordering_key, due_at)
+  VALUES (NEW.queue_name, NEW.ordering_key, NEW.available_at)
+  ON CONFLICT (queue_name, ordering_key) DO NOTHING;
+  RETURN NEW;
+END
+$place$`,
+    `CREATE OR REPLACE FUNCTION ${forget}() RETURNS trigger LANGUAGE plpgsql ${definer} AS $forget$
+BEGIN
+  DELETE FROM ${seq} AS s USING deleted AS d
+  WHERE s.queue_name = d.queue_name AND s.ordering_key = d.ordering_key;
+  RETURN NULL;
+END
+$forget$`,
+    `DROP TRIGGER IF EXISTS ${forgetTrigger} ON ${keys}`,
+    `CREATE TRIGGER ${forgetTrigger} AFTER DELETE ON ${keys} REFERENCING OLD TABLE AS deleted
+  FOR EACH STATEMENT EXECUTE FUNCTION ${forget}()`,
+    `DELETE FROM ${seq} AS s WHERE NOT EXISTS (
+      SELECT 1 FROM ${keys} AS k WHERE k.queue_name = s.queue_name AND k.ordering_key = s.ordering_key)`,
+    `DROP INDEX IF EXISTS ${quote(`${schema}.${indexName(table, "_claim_idx")}`)}`
   ]
 }
 
@@ -217,13 +327,40 @@ export const loader = (table: string) => {
     }),
     // Crashes charged only to the message that caused them (see `claimFunctionV13.ts`). The columns' defaults are
     // constants: adding them rewrites no row. The claim's result has new columns: the function is replaced, not
-    // redefined, with the same arguments — workers of the previous version call it as they did.
+    // redefined, with the same arguments — workers of the previous version call it as they did — and the grants of
+    // the one it replaces (the workers' EXECUTE; PUBLIC's taken away) are given to it again.
     "13_crash_count": Effect.gen(function*() {
       const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const signature = `${fn}(text, float8, int, bigint[], boolean, float8)`
       yield* sql.unsafe(`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS crash_count integer NOT NULL DEFAULT 0`)
       yield* sql.unsafe(`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS lease_state smallint NOT NULL DEFAULT 0`)
-      yield* sql.unsafe(`DROP FUNCTION IF EXISTS ${fn}(text, float8, int, bigint[], boolean, float8)`)
+      // NULL: the default privileges (PUBLIC may execute), which the new function gets too.
+      const [acl] = yield* sql<{ readonly explicit: boolean; readonly grantees: ReadonlyArray<string> | null }>`
+        SELECT p.proacl IS NOT NULL AS explicit, (
+            SELECT array_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END)
+            FROM aclexplode(p.proacl) AS a LEFT JOIN pg_roles AS r ON r.oid = a.grantee
+            WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner) AS grantees
+        FROM pg_proc AS p WHERE p.oid = to_regprocedure(${signature})`
+      yield* sql.unsafe(`DROP FUNCTION IF EXISTS ${signature}`)
       yield* sql.unsafe(claimFunctionV13(t, fn, quote(keySequences(table)), quote(keyStates(table))))
+      if (acl?.explicit === true) {
+        yield* sql.unsafe(`REVOKE EXECUTE ON FUNCTION ${signature} FROM PUBLIC`)
+        for (const grantee of acl.grantees ?? []) {
+          yield* sql.unsafe(`GRANT EXECUTE ON FUNCTION ${signature} TO ${grantee}`)
+        }
+      }
+    }),
+    "14_producer_insert_only": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const [current] = yield* sql<{ readonly schema: string }>`SELECT current_schema() AS schema`
+      for (const statement of producerInsertOnlyV14(table, schemaOf(table) ?? current!.schema)) {
+        yield* sql.unsafe(statement)
+      }
+    }),
+    "15_bounded_keys": Effect.gen(function*() {
+      const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+      const [current] = yield* sql<{ readonly schema: string }>`SELECT current_schema() AS schema`
+      for (const statement of boundedKeysV15(table, schemaOf(table) ?? current!.schema)) yield* sql.unsafe(statement)
     })
   })
 }

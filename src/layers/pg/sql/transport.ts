@@ -6,7 +6,7 @@
  */
 import type * as SqlClient from "@effect/sql/SqlClient"
 import type * as Statement from "@effect/sql/Statement"
-import { claimFunction, keySequences, keyStates, quote, waitingWorkers } from "./identifiers.js"
+import { claimFunction, keyStates, quote, waitingWorkers } from "./identifiers.js"
 
 /** A row as the operator statements read it; times in epoch milliseconds (see `dateOf`). @internal */
 export interface StoredRow {
@@ -82,7 +82,6 @@ export const claimCall = (table: string): string =>
 /** The statements of one table. @internal */
 export const make = (sql: SqlClient.SqlClient, table: string, options: { readonly channel: string | undefined }) => {
   const t = sql(table)
-  const seq = sql(keySequences(table))
   const keys = sql(keyStates(table))
   const waiting = sql(waitingWorkers(table))
   const ids = (values: ReadonlyArray<string>) => sql`${values}::bigint[]`
@@ -114,8 +113,6 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
       ? sql`WITH changed AS (${statement} RETURNING 1)
           SELECT count(*)::int AS n, ${wake(queue, options.channel)} FROM changed HAVING count(*) > 0`
       : sql`${statement} RETURNING 1`
-  /** A statement whose last CTE is `rows` (data-modifying CTEs cannot nest), as one statement. */
-  const insertedRows = (inserted: Statement.Fragment) => sql`${inserted} SELECT count(*)::int AS n FROM rows`
   const lease = (leaseMs: number) => sql`now() - ${leaseMs}::float8 * interval '1 millisecond'`
 
   return {
@@ -131,63 +128,39 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
              WITH ORDINALITY AS x(m, b, h, d, n)
         ORDER BY n`,
     /**
-     * One message with an ordering key: `insertKeyed`'s steps for a single row, a plan of its own (the common
-     * dispatch). The workers' row is added after the sequence row is locked (`FROM place`): a claimer deleting the
-     * key as empty holds that lock, so the row is added again after it.
+     * One message with an ordering key: a plain INSERT, whose row trigger (migration 14) takes the key's next place
+     * under the lock of its sequence row and adds the key's row if missing — with the table owner's rights, so the
+     * producer needs INSERT on the table only.
      */
-    insertOneKeyed: (queue: string, m: Insert & { readonly orderingKey: string }) => {
-      const inserted = sql`
-        WITH place AS (
-          INSERT INTO ${seq} AS s (queue_name, ordering_key, next_seq) VALUES (${queue}, ${m.orderingKey}, 2)
-          ON CONFLICT (queue_name, ordering_key) DO UPDATE SET next_seq = s.next_seq + 1
-          RETURNING s.next_seq - 1 AS n
-        ), state AS (
-          INSERT INTO ${keys} (queue_name, ordering_key, due_at)
-          SELECT ${queue}, ${m.orderingKey}, now() + ${m.delayMs}::float8 * interval '1 millisecond' FROM place
-          ON CONFLICT (queue_name, ordering_key) DO NOTHING
-        ), rows AS (
-          INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at, ordering_key, ordering_seq)
-          SELECT ${m.messageId}, ${m.body}, ${m.headers}, ${queue}, now(),
-            now() + ${m.delayMs}::float8 * interval '1 millisecond', ${m.orderingKey}, place.n FROM place
-          RETURNING 1
-        )`
-      return insertedRows(inserted)
-    },
+    insertOneKeyed: (queue: string, m: Insert & { readonly orderingKey: string }) =>
+      sql`INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at, ordering_key)
+        VALUES (${m.messageId}, ${m.body}, ${m.headers}, ${queue}, now(),
+                now() + ${m.delayMs}::float8 * interval '1 millisecond', ${m.orderingKey})`,
     /**
-     * Messages with ordering keys (and any without, in the same statement): each key's places taken from the
-     * producers' table under its row lock (keys in order, so two producers never wait on each other in a cycle),
-     * a workers' row added for a key that has none — never locked when it exists — then the rows.
+     * Messages with ordering keys (and any without, in the same statement), each keyed row placed by the row trigger
+     * (migration 14) as it is inserted. The keyed rows go in key order (a key's in the order sent), so two producers
+     * take the locks of their keys' sequence rows in the same order and never wait on each other in a cycle; they
+     * fill the keyed rows' slots of the batch, so unkeyed rows keep their place (their ids follow the order sent).
      */
-    insertKeyed: (queue: string, messages: ReadonlyArray<Insert>) => {
-      const inserted = sql`
-        WITH input AS (
+    insertKeyed: (queue: string, messages: ReadonlyArray<Insert>) =>
+      sql`WITH input AS (
           SELECT m, b, h, d, k, n FROM unnest(${messages.map((m) => m.messageId)}::uuid[],
             ${messages.map((m) => m.body)}::text[], ${messages.map((m) => m.headers)}::text[],
             ${messages.map((m) => m.delayMs)}::float8[], ${messages.map((m) => m.orderingKey ?? null)}::text[])
             WITH ORDINALITY AS x(m, b, h, d, k, n)
-        ), counts AS (
-          SELECT k, count(*)::bigint AS c, min(now() + d * interval '1 millisecond') AS first_at
-          FROM input WHERE k IS NOT NULL GROUP BY k
-        ), places AS (
-          INSERT INTO ${seq} AS s (queue_name, ordering_key, next_seq)
-          SELECT ${queue}, counts.k, counts.c + 1 FROM counts ORDER BY counts.k
-          ON CONFLICT (queue_name, ordering_key) DO UPDATE SET next_seq = s.next_seq + EXCLUDED.next_seq - 1
-          RETURNING s.ordering_key, s.next_seq
-        ), states AS (
-          INSERT INTO ${keys} (queue_name, ordering_key, due_at)
-          SELECT ${queue}, places.ordering_key, counts.first_at FROM places JOIN counts ON counts.k = places.ordering_key
-          ON CONFLICT (queue_name, ordering_key) DO NOTHING
-        ), rows AS (
-          INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at, ordering_key, ordering_seq)
-          SELECT input.m, input.b, input.h, ${queue}, now(), now() + input.d * interval '1 millisecond', input.k,
-            CASE WHEN input.k IS NULL THEN NULL
-              ELSE places.next_seq - counts.c - 1 + row_number() OVER (PARTITION BY input.k ORDER BY input.n) END
-          FROM input LEFT JOIN places ON places.ordering_key = input.k LEFT JOIN counts ON counts.k = input.k
-          ORDER BY input.n
-          RETURNING 1
-        )`
-      return insertedRows(inserted)
-    },
+        ), slots AS (
+          SELECT n AS slot, row_number() OVER (ORDER BY n) AS r FROM input WHERE k IS NOT NULL
+        ), keyed AS (
+          SELECT m, b, h, d, k, row_number() OVER (ORDER BY k, n) AS r FROM input WHERE k IS NOT NULL
+        )
+        INSERT INTO ${t} (message_id, body, headers, queue_name, created_at, available_at, ordering_key)
+        SELECT x.m, x.b, x.h, ${queue}, now(), now() + x.d * interval '1 millisecond', x.k
+        FROM (
+          SELECT m, b, h, d, k, n AS slot FROM input WHERE k IS NULL
+          UNION ALL
+          SELECT keyed.m, keyed.b, keyed.h, keyed.d, keyed.k, slots.slot FROM keyed JOIN slots USING (r)
+        ) AS x
+        ORDER BY x.slot`,
     claim: (
       queue: string,
       leaseMs: number,
@@ -320,18 +293,26 @@ export const make = (sql: SqlClient.SqlClient, table: string, options: { readonl
 }
 
 /**
- * The queue names a table holds, each once and in order, at most `limit`: a skip scan of the claim index (one
- * index probe per queue), so the number of rows does not matter.
+ * The queue names a table holds, each once and in order, at most `limit`: a skip scan of the unkeyed and the ordering
+ * indexes (migration 15 left no index of every row), one probe of each per queue, so the number of rows does not
+ * matter.
  *
  * @internal
  */
 export const queueNames = (sql: SqlClient.SqlClient, table: string, limit: number) => {
   const t = sql(table)
+  const after = (bound: Statement.Fragment | undefined) =>
+    sql`least(
+      (SELECT queue_name FROM ${t} WHERE ordering_key IS NULL ${
+      bound === undefined ? sql`` : sql`AND queue_name > ${bound}`
+    } ORDER BY queue_name LIMIT 1),
+      (SELECT queue_name FROM ${t} WHERE ordering_key IS NOT NULL ${
+      bound === undefined ? sql`` : sql`AND queue_name > ${bound}`
+    } ORDER BY queue_name LIMIT 1))`
   return sql<{ readonly queue_name: string }>`WITH RECURSIVE queues AS (
-      (SELECT queue_name FROM ${t} ORDER BY queue_name LIMIT 1)
+      SELECT ${after(undefined)} AS queue_name
       UNION ALL
-      SELECT (SELECT queue_name FROM ${t} WHERE queue_name > queues.queue_name ORDER BY queue_name LIMIT 1)
-      FROM queues WHERE queues.queue_name IS NOT NULL)
+      SELECT ${after(sql`queues.queue_name`)} FROM queues WHERE queues.queue_name IS NOT NULL)
     SELECT queue_name FROM queues WHERE queue_name IS NOT NULL LIMIT ${limit}`
 }
 
