@@ -3,6 +3,10 @@
  * benchmark's peers (graphile-worker, pg-boss) in bench/node_modules exactly as bench/package-lock.json pins them
  * (`npm ci`), unless that is what is installed already. They live apart from the project's install because their
  * current releases need Node.js ≥ 22.18, while the library supports 20.19.
+ *
+ * The peers' own copy of `pg` is removed: they, and the benchmark's hooks on `pg.Client.prototype` (the commit and
+ * latency clocks), must use the project's `pg`, the one @effect/sql-pg runs on — with two copies the hooks see none
+ * of our commits. Node finds the project's by looking up from bench/node_modules.
  */
 import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -39,3 +43,4 @@ if (!installed()) {
   console.log("Installing the benchmark's peers (bench/package-lock.json) in bench/node_modules")
   execFileSync("npm", ["ci", "--no-audit", "--no-fund"], { cwd: dir, stdio: "inherit" })
 }
+fs.rmSync(path.join(dir, "node_modules", "pg"), { recursive: true, force: true })
