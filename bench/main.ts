@@ -1135,14 +1135,18 @@ const targetsTable = (ts: ReadonlyArray<Target>): string =>
   )
 
 const versionOf = (name: string): string => {
-  try {
-    const pkg = JSON.parse(fs.readFileSync(path.join(root, "node_modules", name, "package.json"), "utf8")) as {
-      version: string
+  // The peers are installed in bench/node_modules (bench/install.ts), the rest in the project's.
+  for (const modules of [path.join(root, "bench", "node_modules"), path.join(root, "node_modules")]) {
+    try {
+      const pkg = JSON.parse(fs.readFileSync(path.join(modules, name, "package.json"), "utf8")) as {
+        version: string
+      }
+      return pkg.version
+    } catch {
+      // not in this one
     }
-    return pkg.version
-  } catch {
-    return "?"
   }
+  return "?"
 }
 
 /** Whether the library's modules resolve to the compiled `dist/` (bench/compiled-library.mjs), as in `npm run bench`. */

@@ -25,6 +25,7 @@ import { launchChromium, type RunningChromium } from "./support/chromium.js"
 import { type Proc, spawnScript } from "./support/cli.js"
 import { testDatabase } from "./support/database.js"
 import { outboxStack, uniqueTable } from "./support/harness.js"
+import { track } from "./support/leftovers.js"
 import { OrderPaid, OrderShipped } from "./support/messages.js"
 
 const db = testDatabase("dashboard")
@@ -34,6 +35,9 @@ const token = "s3cret-operator-token"
 const hostileText = `<img src=x onerror="alert('body')"></script><script>alert('script')</script>`
 /** Where the screenshots go: docs/ when asked (`UPDATE_SCREENSHOTS=1`), else a temporary directory. */
 const screenshots = process.env["UPDATE_SCREENSHOTS"] === "1" ? "docs" : mkdtempSync(join(tmpdir(), "dashboard-"))
+const screenshotsDir = screenshots === "docs"
+  ? undefined
+  : track({ label: "screenshots", processes: [], dirs: [screenshots] })
 
 let table = ""
 let chromium: RunningChromium | undefined
@@ -114,6 +118,7 @@ afterAll(async () => {
   for (const proc of procs) proc.kill("SIGTERM")
   await Promise.all(procs.map((proc) => proc.exited))
   if (screenshots !== "docs") rmSync(screenshots, { recursive: true, force: true })
+  screenshotsDir?.release()
 })
 
 /** A page that records every dialog, console error and uncaught error it sees. */

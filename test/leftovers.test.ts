@@ -145,4 +145,19 @@ describe("leftovers", () => {
     expect(alive(stranger.pid!)).toBe(true)
     expect(fs.existsSync(dir)).toBe(false)
   })
+
+  it("a record that a killed sweep had claimed is swept again", async () => {
+    const dead = spawn("true")
+    await new Promise((resolve) => dead.once("exit", resolve))
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "effect-outbox-leftovers-"))
+    fs.mkdirSync(recordsDir(), { recursive: true })
+    const claimed = path.join(recordsDir(), `${dead.pid}-1-1.json.sweep-${dead.pid}`)
+    fs.writeFileSync(
+      claimed,
+      JSON.stringify({ owner: { pid: dead.pid, start: "1" }, label: "claimed", processes: [], dirs: [dir] })
+    )
+    expect(sweep()).toContain("claimed")
+    expect(fs.existsSync(dir)).toBe(false)
+    expect(fs.existsSync(claimed)).toBe(false)
+  })
 })

@@ -332,6 +332,21 @@ export const sweep = (): Array<string> => {
     return cleaned
   }
   for (const name of names) {
+    // A record half written, or claimed by a sweep, by a process that died meanwhile: dropped, or swept again.
+    const stale = /^(.*\.json)\.(?:sweep-)?(\d+)(\.tmp)?$/.exec(name)
+    if (stale !== null && startTime(Number(stale[2])) === undefined) {
+      const from = path.join(recordsDir(), name)
+      try {
+        if (stale[3] !== undefined) fs.rmSync(from, { force: true })
+        else {
+          fs.renameSync(from, path.join(recordsDir(), stale[1]!))
+          names.push(stale[1]!)
+        }
+      } catch {
+        // another sweep got there first
+      }
+      continue
+    }
     if (!name.endsWith(".json")) continue
     const file = path.join(recordsDir(), name)
     let record: RecordFile
