@@ -157,7 +157,7 @@ export const evaluate = (observation: Observation): Result => {
     failed: observation.failed.length,
     maxReason: Math.max(0, ...reasons.map((r) => r ?? 0)),
     failedDied: died.length,
-    // Hostile rows are failed on purpose (`delivery_count = 2147483647` as WorkerDiedError): not innocent.
+    // Hostile rows are failed on purpose (`crash_count = 2147483647` as WorkerDiedError): not innocent.
     failedNeverStarted: died.filter((f) => f.started !== true && !hostile.has(f.messageId)).length
   }
   const checks: Array<Check> = [

@@ -19,6 +19,7 @@ interface HostileSpec {
   readonly availableAt?: string
   readonly deliveredAt?: string
   readonly deliveryCount?: number
+  readonly crashCount?: number
   readonly parked?: boolean
 }
 
@@ -56,6 +57,7 @@ export const specs = (): ReadonlyArray<HostileSpec> => [
   { label: "available_at = '-infinity'", headers: headers(), body: body(-12), availableAt: "-infinity" },
   { label: "delivered_at = 'infinity'", headers: headers(), body: body(-13), deliveredAt: "infinity" },
   { label: "delivery_count = 2147483647", headers: headers(), body: body(-14), deliveryCount: 2147483647 },
+  { label: "crash_count = 2147483647", headers: headers(), body: body(-18), crashCount: 2147483647 },
   { label: "non-JSON headers", headers: "type=ChaosPaid; not json {", body: body(-15) },
   { label: "non-JSON body", headers: headers(), body: "{\"_tag\":\"ChaosPaid\",\"n\":" },
   { label: "available_at = 'infinity'", headers: headers(), body: body(-17), availableAt: "infinity", parked: true }
@@ -67,15 +69,18 @@ export const insert = (url: string, spec: HostileSpec): Effect.Effect<InsertedHo
     const messageId = randomUUID()
     await withClient(url, (c) =>
       c.query(
-        `INSERT INTO ${table} (message_id, body, headers, queue_name, available_at, delivered_at, delivery_count)
-         VALUES ($1, $2, $3, '${queue}', coalesce($4::timestamptz, now()), $5::timestamptz, coalesce($6::int, 0))`,
+        `INSERT INTO ${table}
+           (message_id, body, headers, queue_name, available_at, delivered_at, delivery_count, crash_count)
+         VALUES ($1, $2, $3, '${queue}', coalesce($4::timestamptz, now()), $5::timestamptz, coalesce($6::int, 0),
+           coalesce($7::int, 0))`,
         [
           messageId,
           spec.body,
           spec.headers,
           spec.availableAt ?? null,
           spec.deliveredAt ?? null,
-          spec.deliveryCount ?? null
+          spec.deliveryCount ?? null,
+          spec.crashCount ?? null
         ]
       ))
     return { label: spec.label, messageId, parked: spec.parked === true }
