@@ -258,7 +258,8 @@ describe("setup-transports", () => {
       expect(first.stdout.split("\n")).toEqual([
         "Applied migrations: 1_create_messages, 2_claim_fillfactor, 3_claim_function, 4_claim_next_due, " +
         "5_claim_extreme_values, 6_ordering_keys, 7_claim_acked_keys_first, 8_waiting_workers, " +
-        "9_claim_floor, 10_autovacuum, 11_claim_plans, 12_wake_trigger",
+        "9_claim_floor, 10_autovacuum, 11_claim_plans, 12_wake_trigger, 13_crash_count, 14_producer_insert_only, " +
+        "15_bounded_keys",
         `[OK] The "outbox" transport was set up successfully.`,
         `[OK] The "failed" transport was set up successfully.`
       ])
