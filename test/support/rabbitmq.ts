@@ -69,9 +69,10 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 /** Starts a private node on free loopback ports and waits until it accepts AMQP connections. */
 export const startBroker = async (options: { readonly timeoutMs?: number } = {}): Promise<RunningBroker> => {
   ensureInstalled()
-  const port = await freePort()
-  const distPort = await freePort()
-  const epmdPort = await freePort()
+  // Three distinct ports: the kernel may hand a port just closed back to the next bind.
+  const ports = new Set<number>()
+  while (ports.size < 3) ports.add(await freePort())
+  const [port, distPort, epmdPort] = [...ports] as [number, number, number]
   const node = `outbox-${process.pid}-${port}@localhost`
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-rabbitmq-${port}-`))
   fs.writeFileSync(path.join(dir, "enabled_plugins"), "[].\n")
