@@ -225,17 +225,29 @@ export const process = (
           )
         })
       })
-    // The batch's messages, one at a time or side by side (each in a fiber of its own, see `Pool`).
-    const side = (
+    // Messages of the batch (all, or those `order` lists, in its order), `n` at a time: side by side each in a fiber
+    // of its own (see `Pool`), where the watchdog stops a message alone.
+    const inTurn = (
       run: (
         row: ReceivedMessage,
         index: number
-      ) => Effect.Effect<void, TransportError | UnknownTransportError | StorageNotReadyError>
+      ) => Effect.Effect<void, TransportError | UnknownTransportError | StorageNotReadyError>,
+      order?: ReadonlyArray<number>,
+      n = concurrency
     ) =>
-      batch.length === 1
+      isolated
+        ? Pool.run(
+          order?.length ?? batch.length,
+          n,
+          (i) => run(batch[i]!, i),
+          watched.stops!,
+          (i) => expire(batch[i]!, i),
+          order
+        )
+        : order !== undefined
+        ? Effect.forEach(order, (i) => run(batch[i]!, i), { discard: true })
+        : batch.length === 1
         ? run(batch[0]!, 0)
-        : isolated
-        ? Pool.run(batch.length, concurrency, (i) => run(batch[i]!, i), watched.stops!, (i) => expire(batch[i]!, i))
         : Effect.forEach(batch, run, { discard: true })
     const suspects = countsDeliveries ? suspectsOf(batch) : undefined
 
@@ -314,21 +326,9 @@ export const process = (
       const stopTimer = Acks.batchStarted(acks, batch.length)
       const work = runner.submit(
         suspects === undefined
-          ? side(one)
-          : side((row, index) => row.redelivered === true ? Effect.void : one(row, index)).pipe(
-            // Isolated, through the pool too: there the watchdog stops a message's own fiber.
-            Effect.zipRight(
-              isolated
-                ? Pool.run(
-                  suspects.length,
-                  1,
-                  (i) => alone(batch[i]!, i),
-                  watched.stops!,
-                  (i) => expire(batch[i]!, i),
-                  suspects
-                )
-                : Effect.forEach(suspects, (index) => alone(batch[index]!, index), { discard: true })
-            ),
+          ? inTurn(one)
+          : inTurn((row, index) => row.redelivered === true ? Effect.void : one(row, index)).pipe(
+            Effect.zipRight(inTurn(alone, suspects, 1)),
             // The last one's ack too: the next batch's first message must not bring it back.
             Effect.zipRight(Effect.suspend(() => Acks.flush(acks, transport)))
           )
