@@ -78,8 +78,9 @@ describe("leftovers", () => {
       expect(labels.sort()).toEqual(["chromium", "mariadb", "postgresql", "rabbitmq", "test/fixtures/idle-child.ts"])
       const pids = records.flatMap((record) => record.processes.map(pidOf)).filter((pid) => pid !== undefined)
       const dirs = records.flatMap((record) => record.dirs)
-      // rabbitmq: its script and beam.smp; mariadb: mariadbd (its pid and pid file); postgres, chromium, the child.
-      expect(pids.length).toBe(7)
+      // rabbitmq: its script, beam.smp and epmd; mariadb: mariadbd (its pid and pid file); postgres, chromium, the
+      // child.
+      expect(pids.length).toBe(8)
       expect(pids.every(alive)).toBe(true)
       expect(dirs).toEqual(expect.arrayContaining([broker.dir, mariadb.dir, postgres.dataDir]))
       expect(dirs.length).toBe(5) // and chromium's temporary folder and profile

@@ -14,7 +14,6 @@
  * owner is alive (another test run, in another worktree) is left alone, and a server the tests did not start is
  * never in a record.
  */
-import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -39,8 +38,6 @@ export interface Leftover {
   readonly processes: ReadonlyArray<TrackedProcess>
   /** Folders directly inside `os.tmpdir()`; a path elsewhere is refused. */
   readonly dirs: ReadonlyArray<string>
-  /** `epmd -kill` on this port after the processes are gone (an Erlang port mapper that the node started). */
-  readonly epmdPort?: number
 }
 
 /** A tracked start: `update` when its processes change, `release` once it stopped and removed them itself. */
@@ -67,7 +64,6 @@ interface RecordFile {
   readonly label: string
   readonly processes: ReadonlyArray<RecordedProcess>
   readonly dirs: ReadonlyArray<string>
-  readonly epmdPort?: number
 }
 
 /** Where the records are: one folder per machine (and `TMPDIR`), shared by every worktree's runs. */
@@ -180,17 +176,6 @@ const clean = (record: RecordFile): boolean => {
   waitGone(5_000)
   send(() => "SIGKILL")
   waitGone(5_000)
-  if (record.epmdPort !== undefined) {
-    try {
-      execFileSync("epmd", ["-kill"], {
-        stdio: "ignore",
-        timeout: 5_000,
-        env: { ...process.env, ERL_EPMD_PORT: String(record.epmdPort), ERL_EPMD_ADDRESS: "127.0.0.1" }
-      })
-    } catch {
-      // not running
-    }
-  }
   for (const dir of record.dirs) {
     if (path.dirname(dir) !== os.tmpdir()) continue
     try {
@@ -267,8 +252,7 @@ const toRecord = (leftover: Leftover, owner: Identity): RecordFile => ({
       signal: process.signal ?? "SIGKILL"
     }
   }),
-  dirs: leftover.dirs.map((dir) => path.resolve(dir)),
-  ...(leftover.epmdPort === undefined ? {} : { epmdPort: leftover.epmdPort })
+  dirs: leftover.dirs.map((dir) => path.resolve(dir))
 })
 
 const write = (file: string, record: RecordFile) => {

@@ -5,7 +5,8 @@
  * `/usr/sbin` wrapper would `su` to the `rabbitmq` user and use the system's directories), with everything
  * in its own temporary directory: node name `outbox-<pid>-<port>@localhost`, AMQP and distribution ports
  * picked free, bound to 127.0.0.1, its own Erlang port mapper (epmd on a free port: `ERL_EPMD_PORT`, so that
- * stopping it never touches another run's nodes or the system's), no plugins, no config file, its own Erlang
+ * stopping it never touches another run's nodes or the system's; started here in the foreground, because one
+ * that the node starts with `-daemon` leaves the process group and is known by no pid), no plugins, no config file, its own Erlang
  * cookie (`HOME`). It is ready when an AMQP connection succeeds (about 5 s). `stop` sends SIGTERM (a clean
  * shutdown that keeps the data) and `start` boots it again on the same ports and data — the broker-outage test
  * controls its own node that way, never the shared one. The node, its epmd and its directory are tracked
@@ -98,16 +99,42 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
   delete env.RABBITMQ_NODE_PORT_OVERRIDE
   let child: ChildProcess | undefined
   // The script's pid leads the group (`detached`); beam.smp writes its own pid to RABBITMQ_PID_FILE.
+  let epmd: ChildProcess | undefined
   const leftover = (pid?: number) => ({
     label: `rabbitmq ${port}`,
     processes: [
       ...(pid === undefined ? [] : [{ pid, group: true }]),
-      { pid: { file: path.join(dir, "rabbitmq.pid") } }
+      { pid: { file: path.join(dir, "rabbitmq.pid") } },
+      ...(epmd?.pid === undefined ? [] : [{ pid: epmd.pid, group: true }])
     ],
-    dirs: [dir],
-    epmdPort
+    dirs: [dir]
   })
   const tracked = track(leftover())
+
+  /** The node's own epmd, in a group of its own; ready when `epmd -names` reaches it. */
+  const startEpmd = async () => {
+    const spawned = spawn("epmd", ["-port", String(epmdPort), "-address", "127.0.0.1"], {
+      env,
+      cwd: dir,
+      stdio: "ignore",
+      detached: true
+    })
+    spawned.unref()
+    spawned.once("error", () => undefined)
+    epmd = spawned
+    tracked.update(leftover())
+    const deadline = Date.now() + 10_000
+    while (Date.now() < deadline) {
+      try {
+        execFileSync("epmd", ["-names"], { stdio: "ignore", env, timeout: 2_000 })
+        return
+      } catch {
+        if (spawned.exitCode !== null) throw new Error(`epmd on port ${epmdPort} exited (${spawned.exitCode})`)
+        await sleep(50)
+      }
+    }
+    throw new Error(`epmd on port ${epmdPort} did not answer within 10 s`)
+  }
 
   const start = async () => {
     const log = fs.openSync(path.join(dir, "server.log"), "a")
@@ -147,17 +174,18 @@ export const startBroker = async (options: { readonly timeoutMs?: number } = {})
 
   const destroy = async () => {
     await stop()
-    // The node's own epmd.
-    try {
-      execFileSync("epmd", ["-kill"], { stdio: "ignore", env })
-    } catch {
-      // gone already
+    const epmdPid = epmd?.pid
+    epmd = undefined
+    if (epmdPid !== undefined && alive(epmdPid)) {
+      process.kill(epmdPid, "SIGKILL")
+      while (alive(epmdPid)) await sleep(20)
     }
     fs.rmSync(dir, { recursive: true, force: true })
     tracked.release()
   }
 
   try {
+    await startEpmd()
     await start()
   } catch (error) {
     await destroy().catch(() => undefined)
