@@ -132,6 +132,23 @@ export interface TransportStats {
    * until an operator retries or removes it; 0 on a transport without ordering keys.
    */
   readonly blockedKeys: number
+  /** A broker with consumer groups (Kafka): the group's lag per partition of the transport's topics. */
+  readonly partitions?: ReadonlyArray<PartitionLag>
+}
+
+/**
+ * How far a consumer group is behind on one partition: the offset it committed (`null` when none) and the
+ * partition's end offset.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface PartitionLag {
+  readonly topic: string
+  readonly partition: number
+  readonly committed: number | null
+  readonly end: number
+  readonly lag: number
 }
 
 /**

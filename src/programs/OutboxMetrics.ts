@@ -169,6 +169,17 @@ export const blockedKeys = Metric.gauge("outbox_queue_blocked_keys", {
   description: "Ordering keys of a transport blocked by a message in the failure queue, sampled"
 })
 
+/**
+ * A Kafka consumer group's lag on one partition of a transport's topics (labels `transport`, `topic`,
+ * `partition`) — sampled.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const consumerLag = Metric.gauge("outbox_consumer_lag", {
+  description: "Records of a partition its consumer group has not committed yet (Kafka), sampled"
+})
+
 /** The labels arrays handed out: by transport, by the second label's name ("" for none), by its value. */
 const labelsCache = new Map<string, Map<string, Map<string, ReadonlyArray<MetricLabel.MetricLabel>>>>()
 
@@ -238,6 +249,13 @@ export const sampleQueuesOnce = (
             transportLabels(transport)
           )
           blockedKeys.unsafeUpdate(stats.blockedKeys, transportLabels(transport))
+          for (const p of stats.partitions ?? []) {
+            consumerLag.unsafeUpdate(p.lag, [
+              MetricLabelModule.make("transport", transport),
+              MetricLabelModule.make("topic", p.topic),
+              MetricLabelModule.make("partition", String(p.partition))
+            ])
+          }
         }), { discard: true })
   )
 

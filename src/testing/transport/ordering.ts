@@ -15,6 +15,8 @@ import { claimMessages, lease, numbers, outgoing, type When } from "./shared.js"
 const keyed = (n: number, key: string, delayMs = 0): OutgoingMessage => ({ ...outgoing(n, delayMs), orderingKey: key })
 
 const ordering = { capabilities: ["orderingKeys"] } as const
+/** The failure transport holding a key: the cases read it through the operator's browsing. */
+const orderingWithBrowsing = { capabilities: ["orderingKeys", "browsing"] } as const
 const orderingWithTime = { capabilities: ["orderingKeys"], time: true } as const
 
 /** @internal */
@@ -93,7 +95,7 @@ export const register = <R>(when: When<R>): void => {
 
     when(
       "a message in the failure transport blocks its key (stats count it) until it is moved back, then leads again",
-      ordering,
+      orderingWithBrowsing,
       (t) =>
         Effect.gen(function*() {
           yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a"), keyed(3, "b")])
@@ -117,7 +119,7 @@ export const register = <R>(when: When<R>): void => {
 
     when(
       "removing the blocking message from the failure transport frees its key",
-      ordering,
+      orderingWithBrowsing,
       (t) =>
         Effect.gen(function*() {
           yield* t.send("outbox", [keyed(1, "a"), keyed(2, "a")])

@@ -1,0 +1,502 @@
+/**
+ * The Kafka transport's consumers: one consumer-group member per transport and process, shared by the worker
+ * sessions open on it, with the records it fetched held in memory until their outcome is durable.
+ *
+ * Offsets: a partition's committed offset only ever moves to its first record whose outcome is not durable yet
+ * (handled and acked, moved to the failure transport), so a crash, a rebalance or a shutdown hands every other
+ * record to the next owner. Order: a record is handed out only when no earlier record of its key in its partition
+ * is unsettled (claimed, or waiting for its retry), so the records of a key are handled one at a time, in order;
+ * records without a key never wait for each other. Retries: a retried record stays where it is, ready again once
+ * its delay has passed, holding its key; its offset is not committed until it has an outcome. The wait is held in
+ * memory: should the member lose the partition meanwhile, the next owner reads the record again from its original
+ * headers (its retry count starts over).
+ *
+ * @internal
+ */
+import { Consumer, type MessagesStream } from "@platformatic/kafka"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import type { ReceivedMessage } from "../../domain/Envelope.js"
+import type { TransportError } from "../../domain/Errors.js"
+import * as Headers from "../../domain/Headers.js"
+import { type Consumed, errorText, toReceived, transportError } from "./codec.js"
+import type { ClientOptions, ResolvedTransport } from "./options.js"
+
+/** A fetched record and where it stands. */
+interface Held {
+  readonly id: string
+  readonly offset: bigint
+  readonly key: string | undefined
+  readonly record: Consumed
+  message: ReceivedMessage
+  state: "ready" | "claimed" | "done"
+}
+
+/** A partition this member owns: its records from the first one not committed, in offset order. */
+interface PartitionState {
+  readonly topic: string
+  readonly partition: number
+  readonly records: Array<Held>
+  /** The offset after the last record received (-1 before the first): a record below it is already held. */
+  next: bigint
+  /** The offset last committed by this member (-1 when none). */
+  committed: bigint
+  /** The end of the partition as last known (at the join, or from this process's sends): records up to it exist. */
+  end: bigint
+}
+
+/** The consumer-group member of one transport. */
+interface Member {
+  readonly transport: ResolvedTransport
+  readonly consumer: Consumer<Buffer, Buffer, Buffer, Buffer>
+  stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined
+  readonly partitions: Map<string, PartitionState>
+  readonly byId: Map<string, Held>
+  /** Records ready or claimed. */
+  unsettled: number
+  /** Records claimed. */
+  claimed: number
+  paused: boolean
+  failed: unknown
+  /** Reading the partitions' ends after a join; claims wait for it (up to `claimWait`). */
+  syncing: Promise<void>
+}
+
+/** The consumers of a transport layer. @internal */
+export interface Consumers {
+  /** Joins the group of each transport (once per process) for the scope's life; returns the session's wait. */
+  readonly hold: (
+    transports: ReadonlyArray<ResolvedTransport>
+  ) => Effect.Effect<(maxWait: Duration.Duration) => Effect.Effect<void>, never, Scope.Scope>
+  /**
+   * Commits what `acks` settled, then hands out up to `batchSize` ready records, oldest first. When none is ready
+   * but records known to exist have not arrived yet, it waits for them, `claimWait` at most.
+   */
+  readonly claim: (
+    transport: ResolvedTransport,
+    batchSize: number,
+    acks: ReadonlyArray<string>
+  ) => Effect.Effect<
+    { readonly messages: ReadonlyArray<ReceivedMessage>; readonly nextDue: Option.Option<Duration.Duration> },
+    TransportError
+  >
+  /** Marks claimed records done (their outcome is durable) and commits the offsets that moved. */
+  readonly settle: (transport: string, ids: ReadonlyArray<string>) => Effect.Effect<void>
+  /** Makes a claimed record ready again after `delay`, with new headers, keeping its place. */
+  readonly retry: (
+    transport: string,
+    id: string,
+    delay: Duration.Duration,
+    headers: Headers.Headers
+  ) => Effect.Effect<boolean>
+  /** Hands claimed records back, ready now. */
+  readonly release: (transport: string, ids: ReadonlyArray<string>) => Effect.Effect<void>
+  /** Records this process produced exist up to these offsets (a claim waits for them). */
+  readonly produced: (
+    transport: string,
+    offsets: ReadonlyArray<{ readonly topic: string; readonly partition: number; readonly offset: bigint }>
+  ) => void
+  /** The consumed record behind a claimed message (for a copy to the failure topic). */
+  readonly held: (transport: string, id: string) => Consumed | undefined
+  /** Records this process holds: claimed, and waiting for their delay. */
+  readonly counts: (transport: string) => { readonly inFlight: number; readonly delayed: number }
+}
+
+/**
+ * Builds the consumers; a member leaves its group when the last session holding it closed and nothing it handed out
+ * is unsettled, or with the scope.
+ *
+ * @internal
+ */
+export const make = (options: {
+  readonly client: ClientOptions
+  readonly maxBuffered: number
+  readonly sessionTimeout: number
+  readonly claimWait: number
+  readonly warn: (message: string) => void
+}): Effect.Effect<Consumers, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    /** Joined members, and the joins under way. */
+    const members = new Map<string, Member>()
+    const joining = new Map<string, Promise<Member>>()
+    const waiters = new Map<string, Set<() => void>>()
+    /** Sessions open per transport: at 0 its member leaves its group once nothing it handed out is unsettled. */
+    const holding = new Map<string, number>()
+
+    const wake = (name: string) => {
+      const set = waiters.get(name)
+      if (set === undefined) return
+      for (const resolve of [...set]) resolve()
+    }
+
+    /** Resolves at the next hint for `name`, or after `ms`. */
+    const nextHint = (names: ReadonlyArray<string>, ms: number, signal?: { cancel?: () => void }) =>
+      new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer)
+          for (const name of names) waiters.get(name)?.delete(done)
+          resolve()
+        }
+        const timer = setTimeout(done, Math.max(0, ms))
+        for (const name of names) {
+          const set = waiters.get(name) ?? new Set()
+          set.add(done)
+          waiters.set(name, set)
+        }
+        if (signal !== undefined) signal.cancel = done
+      })
+
+    const stateOf = (member: Member, topic: string, partition: number): PartitionState => {
+      const key = `${topic}:${partition}`
+      let state = member.partitions.get(key)
+      if (state === undefined) {
+        state = { topic, partition, records: [], next: -1n, committed: -1n, end: -1n }
+        member.partitions.set(key, state)
+      }
+      return state
+    }
+
+    /** After a join: drops what the member no longer owns, reads the ends and commits of what it owns. */
+    const onJoin = (member: Member) => {
+      const owned = new Set<string>()
+      const assigned = member.consumer.assignments ?? []
+      for (const { topic, partitions } of assigned) {
+        for (const p of partitions) owned.add(`${topic}:${p}`)
+      }
+      for (const [key, state] of member.partitions) {
+        if (owned.has(key)) continue
+        for (const held of state.records) {
+          member.byId.delete(held.id)
+          if (held.state !== "done") member.unsettled--
+          if (held.state === "claimed") member.claimed--
+        }
+        member.partitions.delete(key)
+      }
+      resumeIfRoom(member)
+      if (assigned.length === 0) return
+      member.syncing = Promise.all([
+        member.consumer.listOffsets({ topics: [...member.transport.topics] }),
+        member.consumer.listCommittedOffsets({ topics: assigned })
+      ]).then(([ends, commits]) => {
+        for (const { topic, partitions } of assigned) {
+          for (const p of partitions) {
+            const state = stateOf(member, topic, p)
+            const end = ends.get(topic)?.[p] ?? -1n
+            const committed = commits.get(topic)?.[p] ?? -1n
+            if (committed >= 0n && state.next < 0n) state.next = committed
+            if (committed > state.committed) state.committed = committed
+            if (end > state.end) state.end = end
+          }
+        }
+      }, (error: unknown) => {
+        options.warn(`${member.transport.name}: cannot read the partitions' offsets: ${errorText(error)}`)
+      }).finally(() => wake(member.transport.name))
+    }
+
+    const join = async (transport: ResolvedTransport): Promise<Member> => {
+      const consumer = new Consumer<Buffer, Buffer, Buffer, Buffer>({
+        ...options.client,
+        clientId: `${options.client.clientId}-${transport.name}`,
+        groupId: transport.groupId,
+        sessionTimeout: options.sessionTimeout,
+        heartbeatInterval: Math.max(100, Math.floor(options.sessionTimeout / 4)),
+        rebalanceTimeout: options.sessionTimeout * 2,
+        autocommit: false
+      })
+      const member: Member = {
+        transport,
+        consumer,
+        stream: undefined,
+        partitions: new Map(),
+        byId: new Map(),
+        unsettled: 0,
+        claimed: 0,
+        paused: false,
+        failed: undefined,
+        syncing: Promise.resolve()
+      }
+      consumer.on("consumer:group:join", () => onJoin(member))
+      const stream = await consumer.consume({
+        topics: [...transport.topics],
+        mode: "committed",
+        fallbackMode: "earliest",
+        autocommit: false,
+        maxWaitTime: 500
+      })
+      member.stream = stream
+      stream.on("data", (record: Consumed) => {
+        const state = stateOf(member, record.topic, record.partition)
+        if (record.offset < state.next) return
+        state.next = record.offset + 1n
+        const id = `${record.topic}:${record.partition}:${record.offset}`
+        const message = toReceived(transport.name, id, record)
+        const held: Held = { id, offset: record.offset, key: message.orderingKey, record, message, state: "ready" }
+        state.records.push(held)
+        member.byId.set(id, held)
+        member.unsettled++
+        if (member.unsettled >= options.maxBuffered && !member.paused) {
+          member.paused = true
+          stream.pause()
+        }
+        wake(transport.name)
+      })
+      stream.on("error", (error: unknown) => {
+        member.failed = error
+        options.warn(`${transport.name}: the consumer failed; it joins again at the next claim: ${errorText(error)}`)
+        wake(transport.name)
+      })
+      return member
+    }
+
+    const resumeIfRoom = (member: Member) => {
+      if (member.paused && member.unsettled < options.maxBuffered / 2) {
+        member.paused = false
+        member.stream?.resume()
+      }
+    }
+
+    const leave = async (member: Member) => {
+      if (members.get(member.transport.name) === member) members.delete(member.transport.name)
+      await commit(member).catch(() => undefined)
+      await member.stream?.close().catch(() => undefined)
+      await member.consumer.close().catch(() => undefined)
+    }
+
+    /** Leaves once no session holds the member and nothing it handed out is unsettled. */
+    const leaveIfIdle = (member: Member) => {
+      if ((holding.get(member.transport.name) ?? 0) === 0 && member.claimed === 0) void leave(member)
+    }
+
+    const memberOf = (transport: ResolvedTransport): Effect.Effect<Member, TransportError> =>
+      Effect.tryPromise({
+        try: async () => {
+          const joined = members.get(transport.name)
+          if (joined !== undefined && joined.failed === undefined) return joined
+          if (joined !== undefined) void leave(joined)
+          let pending = joining.get(transport.name)
+          if (pending === undefined) {
+            pending = join(transport).then((member) => {
+              members.set(transport.name, member)
+              return member
+            }).finally(() => joining.delete(transport.name))
+            joining.set(transport.name, pending)
+          }
+          return await pending
+        },
+        catch: (error) =>
+          transportError(
+            transport.name,
+            "claim",
+            `cannot join consumer group ${transport.groupId}: ${errorText(error)}`,
+            error
+          )
+      })
+
+    /**
+     * Commits, in one request, the partitions whose first unsettled record moved; a refused commit is tried again
+     * at the next one.
+     */
+    const commit = async (member: Member): Promise<void> => {
+      const offsets: Array<{ topic: string; partition: number; offset: bigint; leaderEpoch: number }> = []
+      for (const state of member.partitions.values()) {
+        while (state.records.length > 0 && state.records[0]!.state === "done") {
+          member.byId.delete(state.records.shift()!.id)
+        }
+        const target = state.records[0]?.offset ?? state.next
+        if (target > state.committed) {
+          offsets.push({ topic: state.topic, partition: state.partition, offset: target, leaderEpoch: -1 })
+        }
+      }
+      if (offsets.length === 0) return
+      await member.consumer.commit({ offsets })
+      for (const { offset, partition, topic } of offsets) {
+        const state = member.partitions.get(`${topic}:${partition}`)
+        if (state !== undefined && offset > state.committed) state.committed = offset
+      }
+    }
+
+    const commitQuietly = (member: Member) =>
+      Effect.promise(() =>
+        commit(member).catch((error: unknown) =>
+          options.warn(
+            `${member.transport.name}: offsets not committed yet (the next claim tries again): ${errorText(error)}`
+          )
+        )
+      )
+
+    /** Marks claimed records done or ready; returns how many it found claimed. */
+    const settleIn = (member: Member, ids: ReadonlyArray<string>, to: "done" | "ready") => {
+      let found = 0
+      for (const id of ids) {
+        const held = member.byId.get(id)
+        if (held === undefined || held.state !== "claimed") continue
+        held.state = to
+        member.claimed--
+        if (to === "done") member.unsettled--
+        found++
+      }
+      return found
+    }
+
+    const settle: Consumers["settle"] = (name, ids) =>
+      Effect.suspend(() => {
+        const member = members.get(name)
+        if (member === undefined || settleIn(member, ids, "done") === 0) return Effect.void
+        resumeIfRoom(member)
+        return Effect.ensuring(commitQuietly(member), Effect.sync(() => leaveIfIdle(member)))
+      })
+
+    /** The records a claim may hand out now, oldest first, and when the next one held back becomes due. */
+    const ready = (member: Member, now: number) => {
+      const candidates: Array<Held> = []
+      let nextDue = Number.POSITIVE_INFINITY
+      for (const state of member.partitions.values()) {
+        const blocked = new Set<string>()
+        for (const held of state.records) {
+          if (held.state === "done") continue
+          const free = held.key === undefined || !blocked.has(held.key)
+          if (held.key !== undefined) blocked.add(held.key)
+          if (!free || held.state !== "ready") continue
+          const due = held.message.availableAt.getTime()
+          if (due > now) nextDue = Math.min(nextDue, due)
+          else candidates.push(held)
+        }
+      }
+      candidates.sort((a, b) =>
+        a.message.availableAt.getTime() - b.message.availableAt.getTime() ||
+        a.message.createdAt.getTime() - b.message.createdAt.getTime() ||
+        (a.message.messageId < b.message.messageId ? -1 : a.message.messageId > b.message.messageId ? 1 : 0)
+      )
+      return { candidates, nextDue }
+    }
+
+    /** Whether records known to exist in an owned partition have not arrived yet. */
+    const expecting = (member: Member) => {
+      for (const state of member.partitions.values()) {
+        if (state.end > 0n && state.next < state.end) return true
+      }
+      return false
+    }
+
+    const claim: Consumers["claim"] = (transport, batchSize, acks) =>
+      Effect.gen(function*() {
+        const member = yield* memberOf(transport)
+        if (acks.length > 0 && settleIn(member, acks, "done") > 0) {
+          resumeIfRoom(member)
+          yield* commitQuietly(member)
+        }
+        const deadline = Date.now() + options.claimWait
+        for (;;) {
+          const now = Date.now()
+          const { candidates, nextDue } = ready(member, now)
+          if (candidates.length > 0 || now >= deadline || member.failed !== undefined) {
+            const messages = candidates.slice(0, batchSize)
+            for (const held of messages) held.state = "claimed"
+            member.claimed += messages.length
+            return {
+              messages: messages.map((held) => held.message),
+              nextDue: messages.length === 0 && Number.isFinite(nextDue)
+                ? Option.some(Duration.millis(nextDue - now))
+                : Option.none()
+            }
+          }
+          const syncing = member.syncing
+          const settled = yield* Effect.promise(() =>
+            Promise.race([syncing.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 0))])
+          )
+          if (settled && !expecting(member)) {
+            return {
+              messages: [],
+              nextDue: Number.isFinite(nextDue) ? Option.some(Duration.millis(nextDue - now)) : Option.none()
+            }
+          }
+          yield* Effect.promise(() => nextHint([transport.name], deadline - now))
+        }
+      })
+
+    const hold: Consumers["hold"] = (transports) =>
+      Effect.gen(function*() {
+        const names = transports.map((t) => t.name)
+        for (const name of names) holding.set(name, (holding.get(name) ?? 0) + 1)
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            for (const name of names) {
+              holding.set(name, (holding.get(name) ?? 1) - 1)
+              const member = members.get(name)
+              if (member !== undefined) leaveIfIdle(member)
+            }
+          })
+        )
+        return (maxWait: Duration.Duration) =>
+          Effect.async<void>((resume) => {
+            const signal: { cancel?: () => void } = {}
+            void nextHint(names, Duration.toMillis(maxWait), signal).then(() => resume(Effect.void))
+            return Effect.sync(() => signal.cancel?.())
+          })
+      })
+
+    const retry: Consumers["retry"] = (name, id, delay, headers) =>
+      Effect.sync(() => {
+        const member = members.get(name)
+        const held = member?.byId.get(id)
+        if (member === undefined || held === undefined || held.state !== "claimed") return false
+        held.message = {
+          ...held.message,
+          headers: Headers.encode(headers),
+          availableAt: new Date(Date.now() + Duration.toMillis(delay)),
+          deliveries: held.message.deliveries + 1
+        }
+        held.state = "ready"
+        member.claimed--
+        return true
+      })
+
+    const release: Consumers["release"] = (name, ids) =>
+      Effect.sync(() => {
+        const member = members.get(name)
+        if (member !== undefined && settleIn(member, ids, "ready") > 0) {
+          wake(name)
+          leaveIfIdle(member)
+        }
+      })
+
+    const produced: Consumers["produced"] = (name, offsets) => {
+      const member = members.get(name)
+      if (member === undefined) return
+      for (const { offset, partition, topic } of offsets) {
+        const state = member.partitions.get(`${topic}:${partition}`)
+        if (state !== undefined && offset + 1n > state.end) state.end = offset + 1n
+      }
+    }
+
+    const counts: Consumers["counts"] = (name) => {
+      let inFlight = 0
+      let delayed = 0
+      const now = Date.now()
+      for (const held of members.get(name)?.byId.values() ?? []) {
+        if (held.state === "claimed") inFlight++
+        else if (held.state === "ready" && held.message.availableAt.getTime() > now) delayed++
+      }
+      return { inFlight, delayed }
+    }
+
+    yield* Effect.addFinalizer(() =>
+      Effect.promise(async () => {
+        await Promise.all([...joining.values()].map((p) => p.catch(() => undefined)))
+        await Promise.all([...members.values()].map(leave))
+      })
+    )
+
+    return {
+      hold,
+      claim,
+      settle,
+      retry,
+      release,
+      produced,
+      held: (name, id) => members.get(name)?.byId.get(id)?.record,
+      counts
+    }
+  })
