@@ -49,6 +49,17 @@ import * as Consumers from "./consumer.js"
 import { resolveClient, type ResolvedTransport, resolveTransports } from "./options.js"
 import * as Producer from "./producer.js"
 
+export {
+  /**
+   * The partition Java clients pick for a key among a topic's partitions (murmur2): where this transport puts the
+   * messages of an ordering key.
+   *
+   * @since 0.1.0
+   * @category partitioning
+   */
+  partitionOf
+} from "./partitioner.js"
+
 /**
  * Options of one named transport.
  *

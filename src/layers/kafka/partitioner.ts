@@ -2,7 +2,7 @@
  * The partition of a record, as Java clients and Kafka Streams pick it: `murmur2(key) & 0x7fffffff` modulo the
  * partition count for a keyed record, so a key lands where a Java producer of the same topic puts it.
  *
- * @since 0.1.0
+ * @internal
  */
 import { compatibilityPartitioner, type MessageToProduce } from "@platformatic/kafka"
 
