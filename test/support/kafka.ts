@@ -4,7 +4,8 @@
  *
  * The jars are resolved once per machine by Maven (`ensureJars`) into a cache outside the temporary folder
  * (`~/.cache/effect-outbox/kafka-4.4.0/lib`, or under `XDG_CACHE_HOME`): `kafka_2.13` (the broker and
- * `StorageTool`), plus `slf4j-api` 2 and log4j's slf4j2 binding, without which the broker logs nothing. They are
+ * `StorageTool`), plus `slf4j-api` 2 and log4j's slf4j2 binding, without which the broker logs nothing; not
+ * `kafka-tools`, which nothing here uses and which would double the classpath (Connect, Jetty, Jersey). They are
  * resolved into a folder of their own and renamed into place, so an interrupted resolve never leaves half a
  * classpath, and two runs resolving at once each rename a complete one (the second finds the first's).
  *
@@ -117,12 +118,11 @@ const onPath = (name: string): boolean =>
 /** Java and Maven, installed from Debian when missing and we are root (Debian's maven brings Java 17). */
 const ensureJavaAndMaven = (): void => {
   if (onPath("java") && onPath("mvn")) return
-  ensurePackage(
-    "maven",
-    ["/usr/bin/java", "/usr/bin/mvn"],
-    "the Kafka tests need Java 17 or later (java) and Maven (mvn) on PATH: apt-get install maven " +
-      "openjdk-17-jre-headless, or set KAFKA_BOOTSTRAP to a broker of yours"
-  )
+  const hint = "the Kafka tests need Java 17 or later (java) and Maven (mvn) on PATH: apt-get install maven " +
+    "openjdk-17-jre-headless, or set KAFKA_BOOTSTRAP to a broker of yours"
+  ensurePackage("maven", ["/usr/bin/java", "/usr/bin/mvn"], hint)
+  const missing = ["java", "mvn"].filter((name) => !onPath(name))
+  if (missing.length > 0) throw new Error(`${missing.join(" and ")} not found: ${hint}`)
 }
 
 const alive = (pid: number): boolean => {
@@ -239,6 +239,7 @@ const accepts = (port: number): Promise<boolean> =>
 /** Starts a private broker on free loopback ports (see the module's comment) and waits until it is ready. */
 export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKafka> => {
   const lib = await ensureJars()
+  if (!onPath("java")) ensureJavaAndMaven()
   const timeoutMs = options.timeoutMs ?? 180_000
   // Three distinct ports: the kernel may hand a port just closed back to the next bind.
   const ports = new Set<number>()
