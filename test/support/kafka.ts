@@ -139,10 +139,15 @@ const run = async (
   label: string,
   command: string,
   args: ReadonlyArray<string>,
-  options: { readonly cwd: string; readonly output: string }
+  options: { readonly cwd: string; readonly output: string; readonly env?: NodeJS.ProcessEnv }
 ): Promise<void> => {
   const out = fs.openSync(options.output, "a")
-  const child = spawn(command, args, { cwd: options.cwd, stdio: ["ignore", out, out], detached: true })
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env ?? process.env,
+    stdio: ["ignore", out, out],
+    detached: true
+  })
   fs.closeSync(out)
   const tracked = child.pid === undefined
     ? undefined
@@ -190,7 +195,12 @@ export const ensureJars = async (): Promise<string> => {
       "dependency:copy-dependencies",
       "-DoutputDirectory=lib",
       "-DincludeScope=runtime"
-    ], { cwd: staging, output: path.join(staging, "mvn.log") })
+    ], {
+      cwd: staging,
+      output: path.join(staging, "mvn.log"),
+      // No hsperfdata file in /tmp, which a killed Maven would leave.
+      env: { ...process.env, MAVEN_OPTS: `${process.env.MAVEN_OPTS ?? ""} -XX:-UsePerfData`.trim() }
+    })
     if (!fs.existsSync(path.join(staging, "lib", brokerJar))) {
       throw new Error(`mvn resolved no ${brokerJar} into ${path.join(staging, "lib")}`)
     }
