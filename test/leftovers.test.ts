@@ -13,6 +13,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { launchChromium } from "./support/chromium.js"
 import { spawnScript } from "./support/cli.js"
+import { startKafka } from "./support/kafka.js"
 import { recordsDir, sweep, track } from "./support/leftovers.js"
 import { startPrivateMariadb } from "./support/mariadb.js"
 import { startPostgres } from "./support/postgres.js"
@@ -64,26 +65,34 @@ describe("leftovers", () => {
   it(
     "every server, browser and child a helper starts is recorded while it runs, and gone with its record once stopped",
     async () => {
-      const [broker, mariadb, postgres, chromium] = await Promise.all([
+      const [broker, mariadb, postgres, chromium, kafka] = await Promise.all([
         startBroker(),
         startPrivateMariadb(),
         startPostgres(),
-        launchChromium()
+        launchChromium(),
+        startKafka()
       ])
       const child = spawnScript("test/fixtures/idle-child.ts", [], {})
       await child.waitFor(/READY/)
 
       const records = [...ownRecords().values()]
       const labels = records.map((record) => record.label.split(" ")[0])
-      expect(labels.sort()).toEqual(["chromium", "mariadb", "postgresql", "rabbitmq", "test/fixtures/idle-child.ts"])
+      expect(labels.sort()).toEqual([
+        "chromium",
+        "kafka",
+        "mariadb",
+        "postgresql",
+        "rabbitmq",
+        "test/fixtures/idle-child.ts"
+      ])
       const pids = records.flatMap((record) => record.processes.map(pidOf)).filter((pid) => pid !== undefined)
       const dirs = records.flatMap((record) => record.dirs)
       // rabbitmq: its script, beam.smp and epmd; mariadb: mariadbd (its pid and pid file); postgres, chromium, the
-      // child.
-      expect(pids.length).toBe(8)
+      // child, kafka's JVM.
+      expect(pids.length).toBe(9)
       expect(pids.every(alive)).toBe(true)
-      expect(dirs).toEqual(expect.arrayContaining([broker.dir, mariadb.dir, postgres.dataDir]))
-      expect(dirs.length).toBe(5) // and chromium's temporary folder and profile
+      expect(dirs).toEqual(expect.arrayContaining([broker.dir, mariadb.dir, postgres.dataDir, kafka.dir]))
+      expect(dirs.length).toBe(6) // and chromium's temporary folder and profile
       expect(dirs.every((dir) => path.dirname(dir) === os.tmpdir() && fs.existsSync(dir))).toBe(true)
 
       if (holdFile !== undefined) {
@@ -92,7 +101,14 @@ describe("leftovers", () => {
       }
 
       child.kill("SIGTERM")
-      await Promise.all([broker.destroy(), mariadb.stop(), postgres.stop(), chromium.close(), child.exited])
+      await Promise.all([
+        broker.destroy(),
+        mariadb.stop(),
+        postgres.stop(),
+        chromium.close(),
+        kafka.destroy(),
+        child.exited
+      ])
       expect(ownRecords().size).toBe(0)
       expect(pids.filter(alive)).toEqual([])
       expect(dirs.filter((dir) => fs.existsSync(dir))).toEqual([])

@@ -1,0 +1,488 @@
+/**
+ * Apache Kafka for the tests: a single-node KRaft broker (4.4.0) run from Maven Central's jars as a private broker
+ * of the test run, or `KAFKA_BOOTSTRAP` when set.
+ *
+ * The jars are resolved once per machine by Maven (`ensureJars`) into a cache outside the temporary folder
+ * (`~/.cache/effect-outbox/kafka-4.4.0/lib`, or under `XDG_CACHE_HOME`): `kafka_2.13` (the broker and
+ * `StorageTool`), plus `slf4j-api` 2 and log4j's slf4j2 binding, without which the broker logs nothing; not
+ * `kafka-tools`, which nothing here uses and which would double the classpath (Connect, Jetty, Jersey). They are
+ * resolved into a folder of their own and renamed into place, so an interrupted resolve never leaves half a
+ * classpath, and two runs resolving at once each rename a complete one (the second finds the first's).
+ *
+ * A private broker (`startKafka`) lives in its own temporary folder: configuration, data and log. Its storage is
+ * formatted first (`StorageTool format --standalone`, with a SCRAM user for both mechanisms), then the broker runs
+ * on free loopback ports with two client listeners, PLAINTEXT and SASL_PLAINTEXT (SCRAM-SHA-256 and -512), and a
+ * controller listener. Topics are never created implicitly. It is ready when its log says "Kafka Server started"
+ * and both client ports accept connections. `stop` sends SIGTERM (a clean shutdown that keeps the data), `kill`
+ * SIGKILL (a crash: the next start recovers the logs), and `start` boots it again on the same ports and data. The
+ * JVM, the formatting JVM and the folder are tracked (support/leftovers.ts): they go when the test process ends,
+ * however it ends.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import * as fs from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import { freePort } from "../../src/programs/EmbeddedPostgres.js"
+import { ensurePackage } from "./debian.js"
+import { track, type Tracked } from "./leftovers.js"
+
+/** The broker's version: the Maven artifacts' and the cache folder's. */
+export const kafkaVersion = "4.4.0"
+
+/** The SASL/SCRAM listener and the user that may log in there. */
+export interface KafkaScram {
+  /** `127.0.0.1:<port>` of the SASL_PLAINTEXT listener. */
+  readonly bootstrap: string
+  readonly username: string
+  readonly password: string
+}
+
+/** A broker started by the tests. */
+export interface RunningKafka {
+  /** `127.0.0.1:<port>` of the PLAINTEXT listener. */
+  readonly bootstrap: string
+  readonly scram: KafkaScram
+  /** The broker's folder (configuration, `data`, `server.log`). */
+  readonly dir: string
+  /** The JVM's pid while it runs. */
+  readonly pid: () => number | undefined
+  /** Stops the broker cleanly (SIGTERM), keeping its data; resolves when the process is gone. */
+  readonly stop: () => Promise<void>
+  /** Starts it again on the same ports and data; resolves when it is ready. */
+  readonly start: () => Promise<void>
+  /** Kills the broker (SIGKILL), keeping its data; resolves when the process is gone. */
+  readonly kill: () => Promise<void>
+  /** Kills it and removes its folder. */
+  readonly destroy: () => Promise<void>
+}
+
+/** Options of a private broker. */
+export interface KafkaOptions {
+  /** How long a start may take before it fails (default 180 s: a loaded two-core machine needs 10 to 35 s). */
+  readonly timeoutMs?: number
+  /** Properties added to (or replacing) the broker's `server.properties`. */
+  readonly properties?: Readonly<Record<string, string | number | boolean>>
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+const pom = `<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local</groupId>
+  <artifactId>effect-outbox-kafka-broker</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>${kafkaVersion}</version>
+    </dependency>
+    <!-- Kafka's pom brings slf4j-api 1.7 and no binding: without these two the broker logs nothing. -->
+    <dependency>
+      <groupId>org.slf4j</groupId>
+      <artifactId>slf4j-api</artifactId>
+      <version>2.0.17</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j2-impl</artifactId>
+      <version>2.25.5</version>
+    </dependency>
+  </dependencies>
+</project>
+`
+
+/** The folder of the cached classpath: `<XDG_CACHE_HOME or ~/.cache>/effect-outbox/kafka-<version>`. */
+export const jarsCacheDir = (): string => {
+  const base = process.env.XDG_CACHE_HOME !== undefined && process.env.XDG_CACHE_HOME !== ""
+    ? process.env.XDG_CACHE_HOME
+    : path.join(os.homedir(), ".cache")
+  return path.join(base, "effect-outbox", `kafka-${kafkaVersion}`)
+}
+
+/** Whether an executable named `name` is on PATH. */
+const onPath = (name: string): boolean =>
+  (process.env.PATH ?? "").split(path.delimiter).some((dir) => {
+    try {
+      fs.accessSync(path.join(dir, name), fs.constants.X_OK)
+      return true
+    } catch {
+      return false
+    }
+  })
+
+/** Java and Maven, installed from Debian when missing and we are root (Debian's maven brings Java 17). */
+const ensureJavaAndMaven = (): void => {
+  if (onPath("java") && onPath("mvn")) return
+  const hint = "the Kafka tests need Java 17 or later (java) and Maven (mvn) on PATH: apt-get install maven " +
+    "openjdk-17-jre-headless, or set KAFKA_BOOTSTRAP to a broker of yours"
+  ensurePackage("maven", ["/usr/bin/java", "/usr/bin/mvn"], hint)
+  const missing = ["java", "mvn"].filter((name) => !onPath(name))
+  if (missing.length > 0) throw new Error(`${missing.join(" and ")} not found: ${hint}`)
+}
+
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Runs a command in a process group of its own, tracked until it exits; rejects with its output's tail. */
+const run = async (
+  label: string,
+  command: string,
+  args: ReadonlyArray<string>,
+  options: { readonly cwd: string; readonly output: string; readonly env?: NodeJS.ProcessEnv }
+): Promise<void> => {
+  const out = fs.openSync(options.output, "a")
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env ?? process.env,
+    stdio: ["ignore", out, out],
+    detached: true
+  })
+  fs.closeSync(out)
+  const tracked = child.pid === undefined
+    ? undefined
+    : track({ label, processes: [{ pid: child.pid, group: true }], dirs: [] })
+  try {
+    const code = await new Promise<number | string>((resolve, reject) => {
+      child.once("error", reject)
+      child.once("exit", (code, signal) => resolve(code ?? signal ?? "?"))
+    })
+    if (code !== 0) {
+      const tail = fs.readFileSync(options.output, "utf8").split("\n").slice(-30).join("\n")
+      throw new Error(`${label} failed (${code}):\n${tail}`)
+    }
+  } finally {
+    tracked?.release()
+  }
+}
+
+const brokerJar = `kafka_2.13-${kafkaVersion}.jar`
+
+/**
+ * The broker's classpath folder, resolved by Maven the first time (about 45 jars, 43 MB). Folders left by a resolve
+ * that was interrupted (their process is gone) are removed.
+ */
+export const ensureJars = async (): Promise<string> => {
+  const cache = jarsCacheDir()
+  const lib = path.join(cache, "lib")
+  if (fs.existsSync(path.join(lib, brokerJar))) return lib
+  ensureJavaAndMaven()
+  fs.mkdirSync(cache, { recursive: true })
+  for (const name of fs.readdirSync(cache)) {
+    const owner = /^resolve-(\d+)-/.exec(name)
+    if (owner !== null && !alive(Number(owner[1]))) fs.rmSync(path.join(cache, name), { recursive: true, force: true })
+  }
+  const staging = path.join(cache, `resolve-${process.pid}-${randomBytes(4).toString("hex")}`)
+  fs.mkdirSync(staging)
+  try {
+    fs.writeFileSync(path.join(staging, "pom.xml"), pom)
+    await run("mvn (kafka jars)", "nice", [
+      "-n",
+      "19",
+      "mvn",
+      "-q",
+      "-B",
+      "dependency:copy-dependencies",
+      "-DoutputDirectory=lib",
+      "-DincludeScope=runtime"
+    ], {
+      cwd: staging,
+      output: path.join(staging, "mvn.log"),
+      // No hsperfdata file in /tmp, which a killed Maven would leave.
+      env: { ...process.env, MAVEN_OPTS: `${process.env.MAVEN_OPTS ?? ""} -XX:-UsePerfData`.trim() }
+    })
+    if (!fs.existsSync(path.join(staging, "lib", brokerJar))) {
+      throw new Error(`mvn resolved no ${brokerJar} into ${path.join(staging, "lib")}`)
+    }
+    try {
+      fs.renameSync(path.join(staging, "lib"), lib)
+    } catch (error) {
+      // Another run renamed its complete classpath first: use that one.
+      if (!fs.existsSync(path.join(lib, brokerJar))) throw error
+    }
+  } finally {
+    fs.rmSync(staging, { recursive: true, force: true })
+  }
+  return lib
+}
+
+const log4j = `status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.controller.name = kafka.controller
+logger.controller.level = WARN
+logger.coordinator.name = org.apache.kafka.coordinator
+logger.coordinator.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+`
+
+const scramMechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"] as const
+
+/** Whether a TCP connection to 127.0.0.1:`port` succeeds (closed at once). */
+const accepts = (port: number): Promise<boolean> =>
+  new Promise((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port })
+    const done = (ok: boolean) => {
+      socket.destroy()
+      resolve(ok)
+    }
+    socket.setTimeout(1000, () => done(false))
+    socket.once("connect", () => done(true))
+    socket.once("error", () => done(false))
+  })
+
+/** Starts a private broker on free loopback ports (see the module's comment) and waits until it is ready. */
+export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKafka> => {
+  const lib = await ensureJars()
+  if (!onPath("java")) ensureJavaAndMaven()
+  const timeoutMs = options.timeoutMs ?? 180_000
+  // Three distinct ports: the kernel may hand a port just closed back to the next bind.
+  const ports = new Set<number>()
+  while (ports.size < 3) ports.add(await freePort())
+  const [port, scramPort, controllerPort] = [...ports] as [number, number, number]
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-kafka-${port}-`))
+  const label = `kafka ${port}`
+  let child: { readonly process: ChildProcess; exited: boolean } | undefined
+  const leftover = (pids: ReadonlyArray<number>) => ({
+    label,
+    processes: pids.map((pid) => ({ pid, group: true })),
+    dirs: [dir]
+  })
+  const tracked: Tracked = track(leftover([]))
+  const scram: KafkaScram = {
+    bootstrap: `127.0.0.1:${scramPort}`,
+    username: "outbox",
+    password: randomBytes(12).toString("hex")
+  }
+  const jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+  const properties: Record<string, string | number | boolean> = {
+    "process.roles": "broker,controller",
+    "node.id": 1,
+    "controller.quorum.bootstrap.servers": `127.0.0.1:${controllerPort}`,
+    "listeners": `PLAINTEXT://127.0.0.1:${port},SASL_PLAINTEXT://127.0.0.1:${scramPort},` +
+      `CONTROLLER://127.0.0.1:${controllerPort}`,
+    "advertised.listeners": `PLAINTEXT://127.0.0.1:${port},SASL_PLAINTEXT://127.0.0.1:${scramPort}`,
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": scramMechanisms.join(","),
+    "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": jaas,
+    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": jaas,
+    "log.dirs": path.join(dir, "data"),
+    "num.partitions": 3,
+    "default.replication.factor": 1,
+    "min.insync.replicas": 1,
+    "offsets.topic.replication.factor": 1,
+    "offsets.topic.num.partitions": 3,
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+    "transaction.state.log.num.partitions": 3,
+    "share.coordinator.state.topic.replication.factor": 1,
+    "share.coordinator.state.topic.min.isr": 1,
+    "share.coordinator.state.topic.num.partitions": 3,
+    // A group's first member does not wait 3 s for others; tests may use short sessions.
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    // A broker restarted after SIGKILL registers again once its previous session expired (9 s by default).
+    "broker.session.timeout.ms": 4000,
+    "broker.heartbeat.interval.ms": 1000,
+    "auto.create.topics.enable": false,
+    // Records stamped with a test's clock (possibly 1970) are never deleted by retention.
+    "log.retention.ms": -1,
+    "log.segment.bytes": 16 * 1024 * 1024,
+    "num.network.threads": 2,
+    "num.io.threads": 2,
+    "num.recovery.threads.per.data.dir": 1,
+    "background.threads": 2,
+    ...options.properties
+  }
+  const config = path.join(dir, "server.properties")
+  const logConfig = path.join(dir, "log4j2.properties")
+  const log = path.join(dir, "server.log")
+  const javaTmp = path.join(dir, "tmp")
+  // The JVM's own files stay in the folder: native libraries unpacked by the compression codecs (java.io.tmpdir),
+  // and no hsperfdata file in /tmp, which a killed JVM would leave.
+  const jvm = (heap: ReadonlyArray<string>) => [
+    ...heap,
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:-UsePerfData",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    `-Djava.io.tmpdir=${javaTmp}`,
+    `-Dlog4j2.configurationFile=${logConfig}`,
+    "-cp",
+    path.join(lib, "*")
+  ]
+
+  const launch = async () => {
+    if (child !== undefined && !child.exited) return
+    const from = fs.existsSync(log) ? fs.statSync(log).size : 0
+    const out = fs.openSync(log, "a")
+    // `nice` executes java: the pid is the JVM's, and it leads its own group.
+    const spawned = spawn("nice", ["-n", "10", "java", ...jvm(["-Xms256m", "-Xmx512m"]), "kafka.Kafka", config], {
+      cwd: dir,
+      stdio: ["ignore", out, out],
+      detached: true
+    })
+    fs.closeSync(out)
+    spawned.unref()
+    spawned.once("error", () => undefined)
+    const current = { process: spawned, exited: false }
+    spawned.once("exit", () => {
+      current.exited = true
+    })
+    child = current
+    tracked.update(leftover(spawned.pid === undefined ? [] : [spawned.pid]))
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+      if (current.exited) throw new Error(`the Kafka broker exited while starting:\n${tail(log, from)}`)
+      if (startedSince(log, from) && await accepts(port) && await accepts(scramPort)) return
+      await sleep(200)
+    }
+    throw new Error(`the Kafka broker was not ready within ${timeoutMs} ms:\n${tail(log, from)}`)
+  }
+
+  const halt = async (signal: NodeJS.Signals) => {
+    const current = child
+    if (current === undefined || current.exited || current.process.pid === undefined) return
+    try {
+      process.kill(-current.process.pid, signal)
+    } catch {
+      // gone already
+    }
+    // Polled, not awaited on the exit event alone: the child is unref'ed, and a timer keeps this process waiting.
+    const deadline = Date.now() + 60_000
+    while (!current.exited) {
+      if (signal !== "SIGKILL" && Date.now() > deadline) return halt("SIGKILL")
+      await sleep(50)
+    }
+  }
+
+  const destroy = async () => {
+    await halt("SIGKILL")
+    fs.rmSync(dir, { recursive: true, force: true })
+    tracked.release()
+  }
+
+  try {
+    fs.mkdirSync(javaTmp)
+    fs.writeFileSync(
+      config,
+      Object.entries(properties).map(([key, value]) => `${key}=${value}`).join("\n") + "\n"
+    )
+    fs.writeFileSync(logConfig, log4j)
+    const cluster = randomBytes(16).toString("base64url").slice(0, 22)
+    await run(`${label} (format)`, "nice", [
+      "-n",
+      "10",
+      "java",
+      ...jvm(["-Xmx256m", "-XX:TieredStopAtLevel=1"]),
+      "kafka.tools.StorageTool",
+      "format",
+      "--standalone",
+      "--cluster-id",
+      cluster,
+      "--config",
+      config,
+      ...scramMechanisms.flatMap((mechanism) => [
+        "--add-scram",
+        `${mechanism}=[name=${scram.username},password=${scram.password}]`
+      ])
+    ], { cwd: dir, output: path.join(dir, "format.log") })
+    await launch()
+  } catch (error) {
+    await destroy().catch(() => undefined)
+    throw error
+  }
+  return {
+    bootstrap: `127.0.0.1:${port}`,
+    scram,
+    dir,
+    pid: () => (child === undefined || child.exited ? undefined : child.process.pid),
+    stop: () => halt("SIGTERM"),
+    start: launch,
+    kill: () => halt("SIGKILL"),
+    destroy
+  }
+}
+
+/** Whether the log has the broker's "started" line after byte `from` (the current start's lines). */
+const startedSince = (log: string, from: number): boolean => {
+  try {
+    return readFrom(log, from).includes("Kafka Server started")
+  } catch {
+    return false
+  }
+}
+
+const readFrom = (file: string, from: number): string => {
+  const fd = fs.openSync(file, "r")
+  try {
+    const size = fs.fstatSync(fd).size
+    const buffer = Buffer.alloc(Math.max(0, size - from))
+    fs.readSync(fd, buffer, 0, buffer.length, from)
+    return buffer.toString("utf8")
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+const tail = (file: string, from: number, lines = 30): string => {
+  try {
+    return readFrom(file, from).split("\n").slice(-lines).join("\n")
+  } catch {
+    return "(no log)"
+  }
+}
+
+/** The broker of a test run. */
+export interface EnsuredKafka {
+  readonly bootstrap: string
+  /** The SCRAM listener and user: the private broker's, or `KAFKA_SCRAM_*`'s; `undefined` when not configured. */
+  readonly scram: KafkaScram | undefined
+  /** Stops what was started here (nothing for `KAFKA_BOOTSTRAP`). */
+  readonly stop: () => Promise<void>
+}
+
+const env = (name: string): string | undefined => {
+  const value = process.env[name]
+  return value === undefined || value === "" ? undefined : value
+}
+
+/**
+ * `KAFKA_BOOTSTRAP` (a broker of yours; with `KAFKA_SCRAM_BOOTSTRAP`, `KAFKA_SCRAM_USERNAME` and
+ * `KAFKA_SCRAM_PASSWORD` for its SCRAM listener) when set, else a private broker started now.
+ */
+export const ensureKafka = async (options: KafkaOptions = {}): Promise<EnsuredKafka> => {
+  const bootstrap = env("KAFKA_BOOTSTRAP")
+  if (bootstrap !== undefined) {
+    const scramBootstrap = env("KAFKA_SCRAM_BOOTSTRAP")
+    const username = env("KAFKA_SCRAM_USERNAME")
+    const password = env("KAFKA_SCRAM_PASSWORD")
+    return {
+      bootstrap,
+      scram: scramBootstrap !== undefined && username !== undefined && password !== undefined
+        ? { bootstrap: scramBootstrap, username, password }
+        : undefined,
+      stop: async () => {}
+    }
+  }
+  const broker = await startKafka(options)
+  return { bootstrap: broker.bootstrap, scram: broker.scram, stop: broker.destroy }
+}
