@@ -13,7 +13,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type { StoredMessage } from "../domain/Envelope.js"
+import type { OutgoingMessage, StoredMessage } from "../domain/Envelope.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import * as Headers from "../domain/Headers.js"
 import * as Identifier from "../domain/Identifier.js"
@@ -122,6 +122,16 @@ const toStored = (transport: string) => (row: Statements.StoredRow): StoredMessa
 const capabilities: Capabilities = { ...rowCapabilities, orderingKeys: true }
 
 /**
+ * A message PostgreSQL's `text` can hold: a NUL character becomes U+FFFD. Messages dispatched here never hold one
+ * (JSON escapes it); a broker's record moved to a failure transport here can (a binary value of another producer),
+ * and refusing it would hold its worker on a write that never succeeds.
+ */
+const storable = (m: OutgoingMessage): OutgoingMessage =>
+  m.body.includes("\u0000") || m.headers.includes("\u0000")
+    ? { ...m, body: m.body.replaceAll("\u0000", "\uFFFD"), headers: m.headers.replaceAll("\u0000", "\uFFFD") }
+    : m
+
+/**
  * Builds the transport on the `SqlClient` in context. Every statement runs on the caller's connection: inside
  * `sql.withTransaction`, `send` joins the caller's transaction. With a `PgClient` in context (not just a
  * `SqlClient`), workers are woken by LISTEN/NOTIFY and their sessions hold a connection of their own.
@@ -178,9 +188,10 @@ export const make = (
         })
     })
 
-    const send: TransportShape["send"] = (name, messages) =>
+    const send: TransportShape["send"] = (name, sent) =>
       Effect.flatMap(lookup(name), (transport) => {
-        if (messages.length === 0) return Effect.void
+        if (sent.length === 0) return Effect.void
+        const messages = sent.map(storable)
         const first = messages[0]!
         const statement = messages.length === 1 && first.orderingKey !== undefined
           ? statements.insertOneKeyed(transport.queueName, { ...first, orderingKey: first.orderingKey })

@@ -34,8 +34,10 @@ import { TransportAdmin, type TransportAdminShape, type TransportBackend } from 
  * or when a transport's failure transport is served by none.
  *
  * A transport's capabilities are its backend's, except that a transport whose failure transport lives on
- * another backend has no `stableIds` (its failed messages arrive there as copies with ids of their own) and no
- * `orderingKeys` (a failed message there cannot hold its key here).
+ * another backend has no `stableIds` (its failed messages arrive there as copies with ids of their own), and — when
+ * its backend browses (a table, whose failed messages hold their keys) — no `orderingKeys` (a failed message there
+ * cannot hold its key here). A backend that cannot browse (Kafka) never holds a key for a failed message, so its keys
+ * stay.
  *
  * @since 0.1.0
  * @category constructors
@@ -154,7 +156,7 @@ export const make = (
         const crossing = byName.get(failureOf(name, backend)) !== backend
         return Option.map(
           backend.capabilities(name),
-          (c) => (crossing ? { ...c, stableIds: false, orderingKeys: false } : c)
+          (c) => (crossing ? { ...c, stableIds: false, orderingKeys: c.orderingKeys && !c.browsing } : c)
         )
       },
       lease: (name) => byName.get(name)?.lease(name) ?? Option.none(),

@@ -16,6 +16,7 @@
  * @since 0.1.0
  */
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { type Envelope, resend } from "../domain/Envelope.js"
 import {
   type StorageNotReadyError,
@@ -84,7 +85,8 @@ export const forwardedHeaders = (
 
 /**
  * Sends a received message on to a transport — same message id, same body (the stored text when the envelope
- * carries it), same type and application headers — explicitly through `Transport.send`, never through routing,
+ * carries it), same type and application headers, and its ordering key where the target has ordering keys (Kafka's
+ * record key) — explicitly through `Transport.send`, never through routing,
  * and succeeds when the target has stored it (for a broker: confirmed it). Refuses to send a message into the
  * transport it came from.
  *
@@ -103,12 +105,21 @@ export const forward = (
       })
     }
     const transport = yield* Transport
+    // A target without ordering keys (RabbitMQ, MySQL) takes the message without its key.
+    const keyed = Option.exists(transport.capabilities(options.to), (c) => c.orderingKeys)
     const body = envelope.body ?? (yield* Message.encodeBody(envelope.message).pipe(
       Effect.mapError((e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }))
     ))
     const send = (trace: TraceContext.Stamp | undefined) =>
       transport.send(options.to, [
-        resend({ messageId: envelope.messageId, body }, forwardedHeaders(envelope.headers, trace))
+        resend(
+          {
+            messageId: envelope.messageId,
+            body,
+            ...(envelope.orderingKey !== undefined && keyed ? { orderingKey: envelope.orderingKey } : {})
+          },
+          forwardedHeaders(envelope.headers, trace)
+        )
       ])
     if (!(yield* TraceContext.enabled)) return yield* send(undefined)
     // The forward is the second hop's `send`: the far side's `process` span is its child, in the same trace.

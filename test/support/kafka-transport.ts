@@ -6,14 +6,11 @@ import * as Effect from "effect/Effect"
 import { inject } from "vitest"
 import * as KafkaTransport from "../../src/layers/kafka/KafkaTransport.js"
 
-declare module "vitest" {
-  export interface ProvidedContext {
-    kafkaBootstrap: string
-  }
-}
-
 /** The bootstrap address of the test run's broker. */
-export const kafkaBootstrap = (): string => process.env.KAFKA_BOOTSTRAP ?? inject("kafkaBootstrap")
+export const kafkaBootstrap = (): string => inject("kafkaBootstrap")
+
+/** The SCRAM listener of the test run's broker and its user (`null` for a broker of `KAFKA_BOOTSTRAP` without one). */
+export const kafkaScram = () => inject("kafkaScram")
 
 let names = 0
 

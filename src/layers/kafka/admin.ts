@@ -40,7 +40,7 @@ export const make = (options: {
         const existing = new Set(yield* call(transport.name, "setup", (a) => a.listTopics()))
         for (const topic of transport.topics) {
           if (existing.has(topic)) continue
-          yield* call(transport.name, "setup", (a) =>
+          const made = yield* call(transport.name, "setup", (a) =>
             a.createTopics({
               topics: [topic],
               partitions: transport.partitions,
@@ -48,12 +48,19 @@ export const make = (options: {
               configs: transport.minInsyncReplicas === undefined
                 ? []
                 : [{ name: "min.insync.replicas", value: String(transport.minInsyncReplicas) }]
-            }).catch((error: unknown) => {
-              // Another setup created it meanwhile.
-              if (/TOPIC_ALREADY_EXISTS|already exists/i.test(errorText(error))) return []
-              throw error
-            }))
-          created.push(`kafka topic ${topic} (${transport.partitions} partitions)`)
+            }).then(
+              () => true,
+              (error: unknown) => {
+                // Another setup created it meanwhile, or the listing did not show it yet.
+                if (/TOPIC_ALREADY_EXISTS|already exists/i.test(errorText(error))) return false
+                throw error
+              }
+            ))
+          if (made) {
+            created.push(
+              `kafka topic ${topic} (${transport.partitions} partition${transport.partitions === 1 ? "" : "s"})`
+            )
+          }
         }
       }
       return created
