@@ -26,12 +26,14 @@ import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as TransportRouter from "../src/layers/TransportRouter.js"
+import * as Cli from "../src/programs/Cli.js"
 import * as Forwarder from "../src/programs/Forwarder.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { Transport } from "../src/services/Transport.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
+import { runCli } from "./support/cli.js"
 import { createDatabase, pgLayer } from "./support/database.js"
 import { uniqueTable } from "./support/harness.js"
 import { kafkaBootstrap, kafkaScram, uniqueName } from "./support/kafka-transport.js"
@@ -467,6 +469,63 @@ describe("Kafka transport", () => {
           expect(failed[0]!.body).toBe("\uFFFDnot json")
           yield* Fiber.interrupt(worker)
         }).pipe(Effect.provide(s.layer))
+      }).pipe(quiet),
+    120_000
+  )
+
+  it.scopedLive(
+    "the command line: setup-transports creates the topics, stats shows the group's lag per partition, consume and failed:retry reach Kafka",
+    () =>
+      Effect.gen(function*() {
+        const dsn = yield* Effect.promise(() => createDatabase("kafkacli"))
+        const table = uniqueTable("kafkacli")
+        const prefix = uniqueName("kafkacli")
+        const handled: Array<number> = []
+        let refuse = true
+        const cli = Cli.make({
+          transport: { table },
+          kafka: { brokers: `kafka://${kafkaBootstrap()}`, groupId: prefix, transports: { kafka: { topic: prefix } } },
+          idempotency: false,
+          retry: { default: { maxRetries: 0 } },
+          handlers: Handlers.layer([
+            ...Forwarder.handlers([OrderPaid], { to: "kafka" }),
+            Handlers.handler(OrderPaid, (paid) =>
+              refuse && paid.orderId === 2
+                ? Effect.fail(new PaymentDeclined({ message: "declined" }))
+                : Effect.sync(() => handled.push(paid.orderId)), { fromTransport: "kafka" })
+          ])
+        })
+        const setup = yield* runCli(cli, ["setup-transports", "--dsn", dsn])
+        expect(setup.stderr).toBe("")
+        expect(setup.stdout).toContain(`kafka topic ${prefix} (3 partitions)`)
+        yield* Effect.forEach([1, 2], (orderId) =>
+          Outbox.dispatch(new OrderPaid({ orderId, amount: 1 }), { orderingKey: `order-${orderId}` })).pipe(
+            Effect.provide(
+              Outbox.layer().pipe(Layer.provide(PgTransport.layer({ table })), Layer.provide(Layer.orDie(pgLayer(dsn))))
+            )
+          )
+        const forward = yield* runCli(cli, ["consume", "outbox", "--limit", "2", "--sleep", "0.05", "--dsn", dsn])
+        expect(forward.stdout).toContain("Worker stopped (limit): handled 2, retried 0, failed 0.")
+        const lagging = yield* runCli(cli, ["stats", "kafka", "--dsn", dsn, "--format", "json"])
+        const stats = JSON.parse(lagging.stdout).transports.kafka
+        expect(
+          stats.partitions.map((p: { lag: number }) =>
+            p.lag
+          ).reduce((a: number, b: number) => a + b, 0)
+        ).toBe(2)
+        const text = yield* runCli(cli, ["stats", "kafka", "--dsn", dsn])
+        expect(text.stdout).toMatch(/Partition.*Committed.*End.*Lag/)
+        const consume = yield* runCli(cli, ["consume", "kafka", "--limit", "2", "--sleep", "0.05", "--dsn", dsn])
+        expect(consume.stdout).toContain("Worker stopped (limit): handled 1, retried 0, failed 1.")
+        expect(handled).toEqual([1])
+        const show = yield* runCli(cli, ["failed:show", "--dsn", dsn, "--format", "json"])
+        const [failed] = JSON.parse(show.stdout).messages ?? JSON.parse(show.stdout)
+        expect(failed).toBeDefined()
+        refuse = false
+        const retry = yield* runCli(cli, ["failed:retry", "--all", "--force", "--dsn", dsn])
+        expect(retry.stderr).toBe("")
+        yield* runCli(cli, ["consume", "kafka", "--limit", "1", "--sleep", "0.05", "--dsn", dsn])
+        expect(handled).toEqual([1, 2])
       }).pipe(quiet),
     120_000
   )

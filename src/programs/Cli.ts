@@ -18,6 +18,7 @@ import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import { describeError } from "../internal/describeError.js"
 import type * as AmqpTransport from "../layers/amqp/AmqpTransport.js"
+import type * as KafkaTransport from "../layers/kafka/KafkaTransport.js"
 import type * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import type * as PgTransport from "../layers/PgTransport.js"
 import type * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
@@ -70,6 +71,16 @@ export interface CliOptions {
    * counts it, and its failures go to PostgreSQL's `failed` (where `failed:retry` sends them back to the broker).
    */
   readonly amqp?: Omit<AmqpTransport.Options, "url"> & { readonly url?: string | Redacted.Redacted<string> }
+  /**
+   * A Kafka transport served beside the PostgreSQL one (through `TransportRouter`), its brokers from `brokers` or
+   * `KAFKA_URL` (`kafka://[user:password@]host:port[,host:port][?sasl=scram-sha-512&tls=true]`, or `host:port`
+   * entries): `setup-transports` creates its topics, `consume kafka` joins its consumer group, `stats` shows the
+   * group's lag per partition, and its failures go to PostgreSQL's `failed` (where `failed:retry` sends them back to
+   * their topic).
+   */
+  readonly kafka?:
+    & Omit<KafkaTransport.Options, "brokers">
+    & { readonly brokers?: string | ReadonlyArray<string> | Redacted.Redacted<string> }
   readonly retry?: ScheduleRetryStrategy.Options
   /** Extra commands mounted beside the built-in ones. */
   readonly commands?: ReadonlyArray<Command.Command<string, never, unknown, unknown>>

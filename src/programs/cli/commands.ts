@@ -281,6 +281,23 @@ export const make = (options: CliOptions, environment: Environment) => {
               })
             ))
           }
+          const lagging = queues.filter((name) => counts.get(name)!.partitions !== undefined)
+          if (lagging.length > 0) {
+            yield* Console.log("")
+            yield* Console.log(renderTable(
+              ["Transport", "Topic", "Partition", "Committed", "End", "Lag"],
+              lagging.flatMap((name) =>
+                counts.get(name)!.partitions!.map((p) => [
+                  name,
+                  p.topic,
+                  String(p.partition),
+                  p.committed === null ? "-" : String(p.committed),
+                  String(p.end),
+                  String(p.lag)
+                ])
+              )
+            ))
+          }
           if (failureRows.length > 0) {
             if (queues.length > 0) yield* Console.log("")
             yield* Console.log(renderTable(
@@ -304,7 +321,8 @@ export const make = (options: CliOptions, environment: Environment) => {
       )
   ).pipe(
     Command.withDescription(
-      "Messages per transport (ready, delayed, in flight, failed from it, oldest ready age) and per failure transport"
+      "Messages per transport (ready, delayed, in flight, failed from it, oldest ready age), per failure transport, " +
+        "and a Kafka consumer group's lag per partition"
     )
   )
 

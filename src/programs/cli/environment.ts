@@ -13,6 +13,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import type * as Scope from "effect/Scope"
 import type { OutboxConfigError, StorageNotReadyError } from "../../domain/Errors.js"
 import * as Identifier from "../../domain/Identifier.js"
 import { describeError } from "../../internal/describeError.js"
@@ -20,7 +21,7 @@ import { failureTransports } from "../../internal/transports.js"
 import * as PgTransport from "../../layers/PgTransport.js"
 import * as TransportRouter from "../../layers/TransportRouter.js"
 import { Transport, type TransportShape } from "../../services/Transport.js"
-import { backendLayer, TransportAdmin } from "../../services/TransportAdmin.js"
+import { backendLayer, TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
 import type { CliOptions } from "../Cli.js"
 import { CliDialect, type Dialect, fromUrl } from "./dialects.js"
 import * as Optional from "./optional.js"
@@ -94,8 +95,11 @@ export const make = (options: CliOptions) => {
       return yield* Identifier.validateTableName(table, 48)
     })
 
-  /** The names the broker serves beside the table (`Cli.make({ amqp })`): never taken for a queue of the table. */
-  const brokerNames = options.amqp === undefined ? [] : Object.keys(options.amqp.transports ?? { amqp: {} })
+  /** The names the brokers serve beside the table (`Cli.make({ amqp, kafka })`): never taken for a queue of the table. */
+  const brokerNames = [
+    ...(options.amqp === undefined ? [] : Object.keys(options.amqp.transports ?? { amqp: {} })),
+    ...(options.kafka === undefined ? [] : Object.keys(options.kafka.transports ?? { kafka: {} }))
+  ]
 
   /**
    * The transports of the table: the application's, with the queues of `--transport-queue`; with `discover`, also
@@ -161,13 +165,30 @@ export const make = (options: CliOptions) => {
   const served = (resolved: Resolved) =>
     Effect.gen(function*() {
       const dialect = yield* CliDialect
-      if (options.amqp === undefined) return backendLayer(dialect.transport(resolved.options))
-      const { url: explicit, ...amqp } = options.amqp
-      const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
-        Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
-      ))
-      const AmqpTransport = yield* Optional.load(Optional.amqp, () => import("../../layers/amqp/AmqpTransport.js"))
-      return TransportRouter.layer(dialect.transport(resolved.options), AmqpTransport.make({ ...amqp, url }))
+      if (options.amqp === undefined && options.kafka === undefined) {
+        return backendLayer(dialect.transport(resolved.options))
+      }
+      const brokers: Array<Effect.Effect<TransportBackend, OutboxConfigError, Scope.Scope>> = []
+      if (options.amqp !== undefined) {
+        const { url: explicit, ...amqp } = options.amqp
+        const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
+          Effect.mapError(() => new CliError({ message: "No broker: set AMQP_URL" }))
+        ))
+        const AmqpTransport = yield* Optional.load(Optional.amqp, () => import("../../layers/amqp/AmqpTransport.js"))
+        brokers.push(AmqpTransport.make({ ...amqp, url }))
+      }
+      if (options.kafka !== undefined) {
+        const { brokers: explicit, ...kafka } = options.kafka
+        const bootstrap = explicit ?? (yield* Config.redacted("KAFKA_URL").pipe(
+          Effect.mapError(() => new CliError({ message: "No Kafka broker: set KAFKA_URL (kafka://host:port)" }))
+        ))
+        const KafkaTransport = yield* Optional.load(
+          Optional.kafka,
+          () => import("../../layers/kafka/KafkaTransport.js")
+        )
+        brokers.push(KafkaTransport.make({ ...kafka, brokers: bootstrap }))
+      }
+      return TransportRouter.layer(dialect.transport(resolved.options), ...brokers)
     })
 
   /** The application's transports (what `consume` and `setup-transports` serve), on the `SqlClient` in context. */

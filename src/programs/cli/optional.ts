@@ -24,6 +24,12 @@ export const amqp: OptionalPeers = {
 }
 
 /** @internal */
+export const kafka: OptionalPeers = {
+  feature: "The Kafka transport (Cli.make({ kafka }))",
+  packages: ["@platformatic/kafka@1.35.0"]
+}
+
+/** @internal */
 export const mysql: OptionalPeers = {
   feature: "A MySQL or MariaDB DSN",
   packages: ["@effect/sql-mysql2@0.53.0"]
