@@ -360,6 +360,40 @@ describe("Kafka transport", () => {
   )
 
   it.live(
+    "a topic per message type (topicOf), consumed by its transport; the W3C trace context travels in record headers",
+    () =>
+      Effect.gen(function*() {
+        const prefix = uniqueName("topics")
+        const transport = yield* KafkaTransport.make({
+          brokers: kafkaBootstrap(),
+          groupId: prefix,
+          transports: {
+            orders: {
+              topic: `${prefix}.orders`,
+              topicOf: { Shipped: `${prefix}.shipping` },
+              failureTransport: "orders"
+            }
+          }
+        })
+        expect(yield* transport.setup).toHaveLength(2)
+        const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        yield* transport.send("orders", [
+          orderPaid(1, "a"),
+          { ...orderPaid(2, "a"), type: "Shipped", traceparent, tracestate: "vendor=1" }
+        ])
+        const [shipped] = yield* readTopic(`${prefix}.shipping`, 1)
+        expect(shipped!.headers).toMatchObject({ type: "Shipped", traceparent, tracestate: "vendor=1" })
+        const [paid] = yield* readTopic(`${prefix}.orders`, 1)
+        expect(paid!.headers.type).toBe("OrderPaid")
+        const session = yield* transport.open(["orders"])
+        const first = yield* session.claim("orders", 10, [])
+        const second = yield* session.claim("orders", 10, first.messages.map((m) => m.id))
+        expect([...first.messages, ...second.messages].map((m) => JSON.parse(m.body).orderId).sort()).toEqual([1, 2])
+      }).pipe(Effect.scoped, quiet),
+    60_000
+  )
+
+  it.live(
     "SASL/SCRAM: sends and consumes with SCRAM-SHA-256 and -512; a wrong password is a TransportError, not a hang",
     () =>
       Effect.gen(function*() {
