@@ -218,6 +218,15 @@ export const make = (options: {
         syncing: Promise.resolve()
       }
       consumer.on("consumer:group:join", () => onJoin(member))
+      // A rejoin that failed for good (the broker gone past the client's retries) is emitted as `error`: unheard, it
+      // would end the process. The member is replaced at the next claim.
+      consumer.on("error", (error: unknown) => {
+        member.failed = error
+        options.warn(
+          `${transport.name}: the consumer lost its group; it joins again at the next claim: ${errorText(error)}`
+        )
+        wake(transport.name)
+      })
       const stream = await consumer.consume({
         topics: [...transport.topics],
         mode: "committed",
