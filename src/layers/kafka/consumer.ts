@@ -245,7 +245,7 @@ export const make = (options: {
         state.records.push(held)
         member.byId.set(id, held)
         member.unsettled++
-        if (member.unsettled >= options.maxBuffered && !member.paused) {
+        if (!member.paused && full(member)) {
           member.paused = true
           stream.pause()
         }
@@ -259,8 +259,15 @@ export const make = (options: {
       return member
     }
 
+    /**
+     * The member stops fetching at `maxBuffered` records not settled, or — behind a record that holds its partition's
+     * commit point (a retry waiting) — at four times as many held in all, settled or not: memory stays bounded.
+     */
+    const full = (member: Member) =>
+      member.unsettled >= options.maxBuffered || member.byId.size >= options.maxBuffered * 4
+
     const resumeIfRoom = (member: Member) => {
-      if (member.paused && member.unsettled < options.maxBuffered / 2) {
+      if (member.paused && member.unsettled < options.maxBuffered / 2 && member.byId.size < options.maxBuffered * 2) {
         member.paused = false
         member.stream?.resume()
       }
