@@ -120,7 +120,10 @@ export interface Options {
   readonly requestTimeout?: Duration.DurationInput
   /** The consumer group session timeout: a member silent this long is taken out of its group (default 10 seconds). */
   readonly sessionTimeout?: Duration.DurationInput
-  /** Records a consumer holds at most before it stops fetching (default 1000). */
+  /**
+   * Unsettled records a consumer holds before it stops fetching (default 1000); it also stops at four times as many
+   * held behind a partition's commit point (a record waiting for its retry).
+   */
   readonly maxBuffered?: number
   /**
    * How long a claim waits at most for records known to exist (at the group's join, or sent by this process) to

@@ -466,6 +466,7 @@ export const make = (options: {
         }
         held.state = "ready"
         member.claimed--
+        leaveIfIdle(member)
         return true
       })
 
