@@ -7,7 +7,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { OutboxConfigError, UnknownTransportError } from "../domain/Errors.js"
+import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import { defaultFailureTransport } from "../domain/Routing.js"
 import type { Capabilities } from "../services/Transport.js"
 
@@ -86,4 +86,39 @@ export const rowCapabilities: Capabilities = {
   stableIds: true,
   ackWithClaim: true,
   orderingKeys: false
+}
+
+/** A `TransportError` of a backend's operation. @internal */
+export const transportError = (
+  transport: string,
+  operation: string,
+  message: string,
+  cause?: unknown
+): TransportError => new TransportError({ transport, operation, message, ...(cause === undefined ? {} : { cause }) })
+
+/**
+ * Fails when a broker layer used alone would send a transport's failures nowhere: its failure transport must be one
+ * of its own transports, else the layer must be combined with the backend that serves it.
+ *
+ * @internal
+ */
+export const checkOwnFailureTransports = (
+  broker: string,
+  backend: {
+    readonly names: ReadonlyArray<string>
+    readonly failureTransport: (name: string) => Option.Option<string>
+  }
+): Effect.Effect<void, OutboxConfigError> => {
+  for (const name of backend.names) {
+    const failure = Option.getOrElse(backend.failureTransport(name), () => name)
+    if (!backend.names.includes(failure)) {
+      return Effect.fail(
+        new OutboxConfigError({
+          message: `${broker} transport ${name}: its failure transport ${failure} is not one of its transports; ` +
+            `declare it, or combine with PgTransport through TransportRouter.layer to keep failures in PostgreSQL`
+        })
+      )
+    }
+  }
+  return Effect.void
 }

@@ -26,7 +26,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
 import { ensurePackage } from "./debian.js"
-import { track, type Tracked } from "./leftovers.js"
+import { alive, sleep, track, type Tracked } from "./leftovers.js"
 
 /** The broker's version: the Maven artifacts' and the cache folder's. */
 export const kafkaVersion = "4.4.0"
@@ -65,8 +65,6 @@ export interface KafkaOptions {
   /** Properties added to (or replacing) the broker's `server.properties`. */
   readonly properties?: Readonly<Record<string, string | number | boolean>>
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const pom = `<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -123,15 +121,6 @@ const ensureJavaAndMaven = (): void => {
   ensurePackage("maven", ["/usr/bin/java", "/usr/bin/mvn"], hint)
   const missing = ["java", "mvn"].filter((name) => !onPath(name))
   if (missing.length > 0) throw new Error(`${missing.join(" and ")} not found: ${hint}`)
-}
-
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
 }
 
 /** Runs a command in a process group of its own, tracked until it exits; rejects with its output's tail. */

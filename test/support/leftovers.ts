@@ -113,6 +113,19 @@ const groupMembers = (pgid: number): Array<number> => {
   return members
 }
 
+/** Whether a process with this pid exists (its zombie counts: its parent reaps it). */
+export const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Resolves after `ms`: the polls of the server helpers. */
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
 const sleepSync = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
 
 const signal = (pid: number, name: NodeJS.Signals) => {

@@ -12,7 +12,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
 import { ensurePackage } from "./debian.js"
-import { track } from "./leftovers.js"
+import { sleep, track } from "./leftovers.js"
 
 const serverBinary = "/usr/sbin/mariadbd"
 const installBinary = "/usr/bin/mariadb-install-db"
@@ -53,8 +53,6 @@ const canConnect = async (url: string): Promise<boolean> => {
     return false
   }
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** The server's user: as root, Debian's `mysql` (mariadbd refuses to run as root); otherwise the current one. */
 const serverUser = (): { readonly name: string; readonly uid: number; readonly gid: number } | undefined => {

@@ -19,7 +19,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
 import { ensurePackage } from "./debian.js"
-import { track } from "./leftovers.js"
+import { alive, sleep, track } from "./leftovers.js"
 
 const serverScript = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
@@ -55,17 +55,6 @@ export const canConnect = async (url: string, timeout = 2000): Promise<boolean> 
     return false
   }
 }
-
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Starts a private node on free loopback ports and waits until it accepts AMQP connections. */
 export const startBroker = async (options: { readonly timeoutMs?: number } = {}): Promise<RunningBroker> => {

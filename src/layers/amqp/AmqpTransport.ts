@@ -45,7 +45,13 @@ import type * as Scope from "effect/Scope"
 import { OutboxConfigError, type TransportError, type UnknownTransportError } from "../../domain/Errors.js"
 import * as Identifier from "../../domain/Identifier.js"
 import { mapConfigError } from "../../internal/configError.js"
-import { checkKnown, noCapabilities, positiveDuration, unknownTransport } from "../../internal/transports.js"
+import {
+  checkKnown,
+  checkOwnFailureTransports,
+  noCapabilities,
+  positiveDuration,
+  unknownTransport
+} from "../../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
 import * as Admin from "./admin.js"
@@ -335,15 +341,7 @@ export const layer = (options: Options): Layer.Layer<Transport | TransportAdmin 
   Layer.scopedContext(
     Effect.gen(function*() {
       const transport = yield* make(options)
-      for (const name of transport.names) {
-        const failure = Option.getOrElse(transport.failureTransport(name), () => name)
-        if (!transport.names.includes(failure)) {
-          return yield* new OutboxConfigError({
-            message: `AMQP transport ${name}: its failure transport ${failure} is not one of its transports; declare ` +
-              `it, or combine with PgTransport through TransportRouter.layer to keep failures in PostgreSQL`
-          })
-        }
-      }
+      yield* checkOwnFailureTransports("AMQP", transport)
       return Context.make(Transport, transport).pipe(
         Context.add(TransportAdmin, transport),
         Context.add(AmqpTransport, transport)

@@ -8,10 +8,10 @@ import type * as Amqp from "amqplib"
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import type { OutgoingMessage, ReceivedMessage } from "../../domain/Envelope.js"
-import { TransportError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import * as MessageId from "../../domain/MessageId.js"
 import { describeError } from "../../internal/describeError.js"
+import { transportError } from "../../internal/transports.js"
 
 /** The AMQP header carrying the stored headers JSON (type and stamps). @internal */
 export const headersHeader = "x-outbox-headers"
@@ -141,9 +141,4 @@ export const brokerErrorText = (e: unknown): string => {
 }
 
 /** A `TransportError` of this backend. @internal */
-export const transportError = (
-  transport: string,
-  operation: string,
-  message: string,
-  cause?: unknown
-): TransportError => new TransportError({ transport, operation, message, ...(cause === undefined ? {} : { cause }) })
+export { transportError }

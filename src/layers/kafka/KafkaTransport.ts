@@ -40,7 +40,7 @@ import type * as Scope from "effect/Scope"
 import type { ConnectionOptions as TlsOptions } from "node:tls"
 import { OutboxConfigError, type UnknownTransportError } from "../../domain/Errors.js"
 import { mapConfigError } from "../../internal/configError.js"
-import { checkKnown, positiveDuration, unknownTransport } from "../../internal/transports.js"
+import { checkKnown, checkOwnFailureTransports, positiveDuration, unknownTransport } from "../../internal/transports.js"
 import { type Capabilities, Transport, type TransportShape } from "../../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../../services/TransportAdmin.js"
 import * as Admin from "./admin.js"
@@ -303,16 +303,7 @@ export const layer = (
   Layer.scopedContext(
     Effect.gen(function*() {
       const transport = yield* make(options)
-      for (const name of transport.names) {
-        const failure = Option.getOrElse(transport.failureTransport(name), () => name)
-        if (!transport.names.includes(failure)) {
-          return yield* new OutboxConfigError({
-            message:
-              `Kafka transport ${name}: its failure transport ${failure} is not one of its transports; declare ` +
-              `it, or combine with PgTransport through TransportRouter.layer to keep failures in PostgreSQL`
-          })
-        }
-      }
+      yield* checkOwnFailureTransports("Kafka", transport)
       return Context.make(Transport, transport).pipe(
         Context.add(TransportAdmin, transport),
         Context.add(KafkaTransport, transport)

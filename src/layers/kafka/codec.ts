@@ -9,10 +9,11 @@ import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import { createHash } from "node:crypto"
 import type { OutgoingMessage, ReceivedMessage } from "../../domain/Envelope.js"
-import { StorageNotReadyError, TransportError } from "../../domain/Errors.js"
+import { StorageNotReadyError, type TransportError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import * as MessageId from "../../domain/MessageId.js"
 import { describeError } from "../../internal/describeError.js"
+import { transportError } from "../../internal/transports.js"
 
 /** The record header carrying the message id: the name Debezium's Outbox Event Router uses. @internal */
 export const idHeader = "id"
@@ -207,9 +208,4 @@ export const failure = (
     : transportError(transport, operation, errorText(error), error)
 
 /** A `TransportError` of this backend. @internal */
-export const transportError = (
-  transport: string,
-  operation: string,
-  message: string,
-  cause?: unknown
-): TransportError => new TransportError({ transport, operation, message, ...(cause === undefined ? {} : { cause }) })
+export { transportError }
