@@ -33,6 +33,7 @@ import {
 } from "./common.js"
 import * as Drain from "./drain.js"
 import * as Graphile from "./graphile.js"
+import * as Kafka from "./kafka.js"
 import * as Latency from "./latency.js"
 import * as Mariadb from "./mariadb.js"
 import * as Ours from "./ours.js"
@@ -84,6 +85,8 @@ interface Options {
   readonly sustainedMaxSeconds: number
   readonly sustainedWarmupSeconds: number
   readonly mariadbPollMessages: number
+  readonly kafkaMessages: number
+  readonly kafkaLatencySeconds: number
 }
 
 const usage = `npm run bench -- [options]
@@ -92,7 +95,8 @@ const usage = `npm run bench -- [options]
   --no-write              print only; do not rewrite BENCHMARKS.md and bench/burn-down.svg
   --json                  end with one line "BENCH_JSON {…}" holding every figure
   --no-fsync              embedded cluster only: fsync=off (default: PostgreSQL's durable defaults)
-  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain,sustained,mariadb (default: all)
+  --scenarios LIST        burn-down,ordered,dispatch,memory,latency,recovery,drain,sustained,mariadb,kafka
+                          (default: all)
   --only IDS              contenders to run, by id (e.g. ours-500,raw; ordered: ours, pgboss, graphile, or with
                           an ordered- prefix; dispatch: ours, ours-keyed, ours-worker (a worker consuming
                           meanwhile), bare-insert (the baseline), graphile, graphile-keyed, pgboss,
@@ -133,9 +137,15 @@ const usage = `npm run bench -- [options]
                           quick 1)
   --mariadb-poll-messages N
                           mariadb: latency messages measured with polling only (default 40; quick 3)
+  --kafka-messages N      kafka: messages forwarded and consumed per round (default 20000; quick 2000)
+  --kafka-latency-seconds S
+                          kafka: seconds of the latency run at 200 msg/s (default 10; quick 2)
 
 The mariadb scenario starts its own MariaDB server (Debian's mariadb-server) for the MySQL transport's burn-down
 (--messages, --rounds, --batch-size) and latency (--latency-messages up to 500, --latency-gap).
+
+The kafka scenario starts its own Apache Kafka broker (test/support/kafka.ts; KAFKA_BOOTSTRAP: yours) and RabbitMQ
+(AMQP_URL: yours): forward, consume and latency over Kafka (--kafka-messages, --rounds; bench/kafka.ts).
 
 DATABASE_URL set: that server is used (a role that may create databases); otherwise an embedded
 PostgreSQL 15 is started in a temporary directory and removed at the end.`
@@ -184,7 +194,9 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     "sustained-half-seconds",
     "sustained-max-seconds",
     "sustained-warmup",
-    "mariadb-poll-messages"
+    "mariadb-poll-messages",
+    "kafka-messages",
+    "kafka-latency-seconds"
   ]
   for (const name of values.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}\n\n${usage}`)
   const quick = flags.has("quick")
@@ -212,7 +224,18 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     json: flags.has("json"),
     noFsync: flags.has("no-fsync"),
     scenarios: list("scenarios") ??
-      new Set(["burn-down", "ordered", "dispatch", "memory", "latency", "recovery", "drain", "sustained", "mariadb"]),
+      new Set([
+        "burn-down",
+        "ordered",
+        "dispatch",
+        "memory",
+        "latency",
+        "recovery",
+        "drain",
+        "sustained",
+        "mariadb",
+        "kafka"
+      ]),
     only: list("only"),
     rounds: Math.floor(num("rounds", 3, 1)),
     messages: Math.floor(num("messages", 50_000, 500)),
@@ -241,7 +264,9 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     sustainedHalfSeconds: num("sustained-half-seconds", 120, 3),
     sustainedMaxSeconds: num("sustained-max-seconds", 15, 2),
     sustainedWarmupSeconds: num("sustained-warmup", 10, 1),
-    mariadbPollMessages: Math.max(1, Math.floor(num("mariadb-poll-messages", 40, 3)))
+    mariadbPollMessages: Math.max(1, Math.floor(num("mariadb-poll-messages", 40, 3))),
+    kafkaMessages: Math.max(100, Math.floor(num("kafka-messages", 20_000, 2_000))),
+    kafkaLatencySeconds: num("kafka-latency-seconds", 10, 2)
   }
 }
 
@@ -1240,10 +1265,36 @@ const main = async () => {
         gapMs: o.latencyGapMs
       }, log)
       : undefined
+    const kafka = o.scenarios.has("kafka") && selected(o, "kafka", "ours")
+      ? await Kafka.run(cluster.adminUrl, {
+        messages: o.kafkaMessages,
+        keys: 200,
+        rounds: o.rounds,
+        warmup: o.quick ? 200 : 2_000,
+        grid: o.quick
+          ? [{ batchSize: 500, concurrency: 200 }]
+          : [
+            { batchSize: 50, concurrency: 50 },
+            { batchSize: 500, concurrency: 50 },
+            { batchSize: 500, concurrency: 200 },
+            { batchSize: 1000, concurrency: 200 }
+          ],
+        rawSettings: o.quick ? [{ batch: 500, inFlight: 1 }] : [
+          { batch: 500, inFlight: 1 },
+          { batch: 2000, inFlight: 1 },
+          { batch: 500, inFlight: 4 }
+        ],
+        consume: { batchSize: 500, concurrency: 50 },
+        latencyRate: 200,
+        latencySeconds: o.kafkaLatencySeconds,
+        latencyWarmupSeconds: o.quick ? 0.5 : 2
+      }, log)
+      : undefined
     const ts = [
       ...targets(burnDown, ordered, dispatch, memory, latency, delayed, recovery, o),
       ...(drain ? Drain.targets(drain) : []),
-      ...(sustained ? SustainedReport.targets(sustained) : [])
+      ...(sustained ? SustainedReport.targets(sustained) : []),
+      ...(kafka ? Kafka.targets(kafka) : [])
     ]
     const elapsed = (performance.now() - began) / 1000
 
@@ -1379,6 +1430,7 @@ const main = async () => {
     if (drain) sections.push(Drain.section(drain))
     if (sustained) sections.push(SustainedReport.section(sustained, o.write ? "bench/sustained.svg" : undefined))
     if (mariadb) sections.push(Mariadb.section(mariadb))
+    if (kafka) sections.push(Kafka.section(kafka))
     sections.push(`### Targets\n\n${targetsTable(ts)}`)
 
     const printed = sections.join("\n\n")
@@ -1448,6 +1500,7 @@ const main = async () => {
             drain,
             sustained,
             mariadb,
+            kafka,
             targets: ts
           })
         }`

@@ -226,6 +226,31 @@ describe("Kafka transport", () => {
   )
 
   it.live(
+    "consuming: an idle worker takes a key's next record as soon as the previous one is acked, not at its next poll",
+    () =>
+      Effect.gen(function*() {
+        const handled: Array<number> = []
+        const s = stack({
+          handlers: [
+            Handlers.handler(OrderPaid, (m) => Effect.sync(() => handled.push(m.orderId)), { fromTransport: "kafka" })
+          ]
+        })
+        yield* Effect.gen(function*() {
+          yield* setup
+          const transport = yield* Transport
+          yield* transport.send("kafka", Array.from({ length: 5 }, (_, i) => orderPaid(i + 1, "one-key")))
+          // Every record but the first waits behind its key; only the ack of the one before frees it. The poll
+          // interval is an hour: the test's timeout ends it long before, unless the ack wakes the worker.
+          const worker = yield* Effect.fork(Worker.run({ transports: ["kafka"], sleep: "1 hour" }))
+          yield* waitUntil(() => handled.length === 5)
+          expect(handled).toEqual([1, 2, 3, 4, 5])
+          yield* Fiber.interrupt(worker)
+        }).pipe(Effect.provide(s.layer))
+      }).pipe(quiet),
+    120_000
+  )
+
+  it.live(
     "retries with the strategy's backoff in place, then the failure transport in PostgreSQL; failed:retry sends it back to Kafka",
     () =>
       Effect.gen(function*() {

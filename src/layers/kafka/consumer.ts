@@ -361,6 +361,8 @@ export const make = (options: {
         const member = members.get(name)
         if (member === undefined || settleIn(member, ids, "done") === 0) return Effect.void
         resumeIfRoom(member)
+        // A settled record frees its key: the next record of that key is ready now, so a waiting session claims it.
+        wake(name)
         return Effect.ensuring(commitQuietly(member), Effect.sync(() => leaveIfIdle(member)))
       })
 
