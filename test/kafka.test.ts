@@ -6,7 +6,7 @@
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Consumer, Producer } from "@platformatic/kafka"
+import { Admin, ConfigResourceTypes, Consumer, Producer } from "@platformatic/kafka"
 import * as Data from "effect/Data"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -363,7 +363,7 @@ describe("Kafka transport", () => {
           brokers: kafkaBootstrap(),
           transports: {
             orders: { topic: `${prefix}.orders`, partitions: 5, minInsyncReplicas: 1, failureTransport: "dead" },
-            dead: { topic: `${prefix}.dead`, partitions: 1 }
+            dead: { topic: `${prefix}.dead`, partitions: 1, minInsyncReplicas: 2 }
           }
         })
         const early = yield* Effect.exit(transport.send("orders", [orderPaid(1)]))
@@ -380,6 +380,24 @@ describe("Kafka transport", () => {
         expect(stats.partitions!.map((p) => p.partition)).toEqual([0, 1, 2, 3, 4])
         yield* transport.send("orders", [orderPaid(1, "a")])
         expect((yield* transport.stats("orders")).ready).toBe(1)
+        const configs = yield* Effect.promise(async () => {
+          const admin = new Admin({ clientId: "configs", bootstrapBrokers: [kafkaBootstrap()] })
+          try {
+            return await admin.describeConfigs({
+              resources: [`${prefix}.orders`, `${prefix}.dead`].map((resourceName) => ({
+                resourceType: ConfigResourceTypes.TOPIC,
+                resourceName,
+                configurationKeys: ["min.insync.replicas"]
+              }))
+            })
+          } finally {
+            await admin.close()
+          }
+        })
+        expect(configs.map((c) => [c.resourceName, c.configs[0]?.value])).toEqual([
+          [`${prefix}.orders`, "1"],
+          [`${prefix}.dead`, "2"]
+        ])
       }).pipe(Effect.scoped, quiet),
     60_000
   )
