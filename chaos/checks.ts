@@ -3,9 +3,11 @@
  * producers' or workers' own counts), the table they are printed in, and the self-test that shows each check
  * catches the loss it is there for: a copy of a real observation is corrupted (an effect dropped, an effect of a
  * rolled-back message added, an effect duplicated, an unbounded reason, a message left behind, a message whose
- * handler never started failed as if it had killed its workers) and the check must then fail.
+ * handler never started failed as if it had killed its workers; on Kafka, two messages of a key swapped, a key's
+ * records in another partition) and the check must then fail.
  */
 import { table as markdownTable } from "../bench/stats.js"
+import { partitionOf } from "../src/layers/kafka/KafkaTransport.js"
 
 /** The longest failure reason (error message and cause, in characters) the checks accept. */
 export const maxReasonLength = 10_000
@@ -75,6 +77,29 @@ export interface Observation {
   readonly drainMs: number | undefined
   /** Faults injected and other facts of the run, for the details list. */
   readonly notes: ReadonlyArray<string>
+  /** The Kafka scenarios' per-key order and partitions. */
+  readonly order?: KeyOrder | undefined
+}
+
+/**
+ * Per-key order on Kafka: the message ids of each key in the order they must have (`expected`: the key's commit order
+ * in PostgreSQL, or its order in Kafka) and in the order observed (`actual`: in Kafka, or of the consumer's effects),
+ * each id at its first occurrence; and the partitions each key's records were found in.
+ */
+export interface KeyOrder {
+  /** What `expected` is, for the details ("commit order in PostgreSQL"). */
+  readonly expectedIs: string
+  /** What `actual` is ("offset order in Kafka"). */
+  readonly actualIs: string
+  readonly expected: Readonly<Record<string, ReadonlyArray<string>>>
+  readonly actual: Readonly<Record<string, ReadonlyArray<string>>>
+  /** The topic's partitions. */
+  readonly partitions: number
+  /** The partitions each key's records are in. */
+  readonly placed: Readonly<Record<string, ReadonlyArray<number>>>
+  /** Records in the topic, and the distinct message ids among them. */
+  readonly records: number
+  readonly distinct: number
 }
 
 /** The counts of the table. */
@@ -100,6 +125,10 @@ export interface Counts {
   readonly failedDied: number
   /** Of those, messages whose handler never started, hostile rows apart: innocent messages failed as poison. */
   readonly failedNeverStarted: number
+  /** Kafka: keys, keys whose observed order is not the expected one, keys not (only) in Java's partition. */
+  readonly keys?: number
+  readonly keysOutOfOrder?: number
+  readonly keysMisplaced?: number
 }
 
 /** One check and whether it held. */
@@ -118,6 +147,28 @@ export type CheckName =
   | "hostile rows resolved"
   | "no innocent failure"
   | "faults injected"
+  | "per-key order"
+  | "Java partitions"
+
+/** Keys whose observed ids, among those both orders hold, are not in the expected order. */
+const keysOutOfOrder = (order: KeyOrder): number => {
+  let wrong = 0
+  for (const [key, expected] of Object.entries(order.expected)) {
+    const actual = order.actual[key] ?? []
+    const inActual = new Set(actual)
+    const inExpected = new Set(expected)
+    const a = actual.filter((id) => inExpected.has(id))
+    const e = expected.filter((id) => inActual.has(id))
+    if (a.length !== e.length || a.some((id, i) => id !== e[i])) wrong++
+  }
+  return wrong
+}
+
+/** Keys whose records are not all in the partition Java's partitioner picks. */
+const keysMisplaced = (order: KeyOrder): number =>
+  Object.entries(order.placed).filter(([key, partitions]) =>
+    partitions.length !== 1 || partitions[0] !== partitionOf(key, order.partitions)
+  ).length
 
 /** A scenario's counts and checks. */
 export interface Result {
@@ -158,7 +209,12 @@ export const evaluate = (observation: Observation): Result => {
     maxReason: Math.max(0, ...reasons.map((r) => r ?? 0)),
     failedDied: died.length,
     // Hostile rows are failed on purpose (`crash_count = 2147483647` as WorkerDiedError): not innocent.
-    failedNeverStarted: died.filter((f) => f.started !== true && !hostile.has(f.messageId)).length
+    failedNeverStarted: died.filter((f) => f.started !== true && !hostile.has(f.messageId)).length,
+    ...(observation.order === undefined ? {} : {
+      keys: Object.keys(observation.order.expected).length,
+      keysOutOfOrder: keysOutOfOrder(observation.order),
+      keysMisplaced: keysMisplaced(observation.order)
+    })
   }
   const checks: Array<Check> = [
     { name: "no loss", ok: lost === 0 },
@@ -172,6 +228,12 @@ export const evaluate = (observation: Observation): Result => {
   ]
   if (observation.minFaults !== undefined) {
     checks.push({ name: "faults injected", ok: observation.faults >= observation.minFaults })
+  }
+  if (observation.order !== undefined) {
+    checks.push(
+      { name: "per-key order", ok: counts.keysOutOfOrder === 0 },
+      { name: "Java partitions", ok: counts.keysMisplaced === 0 }
+    )
   }
   if (observation.hostile.length > 0) {
     checks.push({
@@ -241,6 +303,29 @@ export const corruptions: ReadonlyArray<Corruption> = [
         started: false
       }]
     })
+  },
+  {
+    name: "swap two messages of a key",
+    catches: "per-key order",
+    apply: (o) => {
+      if (o.order === undefined) return undefined
+      const found = Object.entries(o.order.actual).find(([, ids]) => ids.length >= 2)
+      if (found === undefined) return undefined
+      const [key, ids] = found
+      const swapped = [ids[1]!, ids[0]!, ...ids.slice(2)]
+      return { ...o, order: { ...o.order, actual: { ...o.order.actual, [key]: swapped } } }
+    }
+  },
+  {
+    name: "a key's records in another partition",
+    catches: "Java partitions",
+    apply: (o) => {
+      if (o.order === undefined || o.order.partitions < 2) return undefined
+      const key = Object.keys(o.order.placed)[0]
+      if (key === undefined) return undefined
+      const other = (partitionOf(key, o.order.partitions) + 1) % o.order.partitions
+      return { ...o, order: { ...o.order, placed: { ...o.order.placed, [key]: [other] } } }
+    }
   }
 ]
 
@@ -284,7 +369,17 @@ export const syntheticObservation = (): Observation => {
     faults: 1,
     workerExits: 0,
     drainMs: 1000,
-    notes: []
+    notes: [],
+    order: {
+      expectedIs: "commit order",
+      actualIs: "offset order",
+      expected: { a: [id(1), id(3), id(5)], b: [id(2), id(4)] },
+      actual: { a: [id(1), id(3), id(5)], b: [id(2), id(4)] },
+      partitions: 3,
+      placed: { a: [partitionOf("a", 3)], b: [partitionOf("b", 3)] },
+      records: 5,
+      distinct: 5
+    }
   }
 }
 
@@ -324,6 +419,34 @@ export const resultsTable = (results: ReadonlyArray<Result>): string =>
     ["l", "r", "r", "r", "r", "r", "r", "r", "r", "r", "r", "l"]
   )
 
+/** The Kafka scenarios' table: records, duplicates, keys out of order, keys outside Java's partition. */
+export const orderTable = (results: ReadonlyArray<Result>): string =>
+  markdownTable(
+    [
+      "scenario",
+      "records in Kafka",
+      "distinct ids",
+      "duplicate records",
+      "keys",
+      "partitions",
+      "keys out of order",
+      "keys off Java's partition"
+    ],
+    results.flatMap(({ counts, observation: { order, scenario } }) =>
+      order === undefined ? [] : [[
+        scenario,
+        String(order.records),
+        String(order.distinct),
+        String(order.records - order.distinct),
+        String(counts.keys ?? 0),
+        String(order.partitions),
+        String(counts.keysOutOfOrder ?? 0),
+        String(counts.keysMisplaced ?? 0)
+      ]]
+    ),
+    ["l", "r", "r", "r", "r", "r", "r", "r"]
+  )
+
 /** The hostile rows' fates. */
 export const hostileTable = (rows: ReadonlyArray<HostileRow>): string =>
   markdownTable(
@@ -343,7 +466,15 @@ export const selfTestTable = (cases: ReadonlyArray<SelfTestCase>): string =>
     cases.map((c) => [c.scenario, c.corruption, c.check, c.outcome])
   )
 
-/** Whether the self-test passed: no corruption went unnoticed, and each was caught on at least one result. */
+/**
+ * Whether the self-test passed: no corruption went unnoticed, and each was caught on at least one result (the Kafka
+ * corruptions apply only to the Kafka scenarios' results: without one they are not applicable anywhere).
+ */
 export const selfTestOk = (cases: ReadonlyArray<SelfTestCase>): boolean =>
   cases.every((c) => c.outcome !== "missed") &&
-  corruptions.every((k) => cases.some((c) => c.corruption === k.name && c.outcome === "caught"))
+  corruptions.every((k) => {
+    const own = cases.filter((c) => c.corruption === k.name)
+    return own.some((c) => c.outcome === "caught") ||
+      (k.catches === "per-key order" || k.catches === "Java partitions") &&
+        own.every((c) => c.outcome === "not applicable")
+  })

@@ -23,10 +23,12 @@ import { dialectOf, mariadbBusinessTables, mysqlQuery } from "./dialects.js"
 import {
   ChaosPaid,
   failedQueue,
+  keyOf,
   monitorApplicationName,
   postgresBusinessTables,
   producerApplicationName,
   queue,
+  type Role,
   table,
   type WorkerConfig
 } from "./model.js"
@@ -91,7 +93,7 @@ export const createDatabase = (adminUrl: string, scenario: string) =>
   })
 
 /** Creates the business tables, the transport's table (and the broker's exchange and queue) and the store's. */
-export const prepare = (url: string, config: Pick<WorkerConfig, "leaseMs" | "amqp">) =>
+export const prepare = (url: string, config: Pick<WorkerConfig, "leaseMs" | "amqp" | "kafka">) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const tables = dialectOf(url) === "mariadb" ? mariadbBusinessTables : postgresBusinessTables
@@ -111,9 +113,18 @@ export const prepare = (url: string, config: Pick<WorkerConfig, "leaseMs" | "amq
 
 /** The worker processes of a scenario. */
 export interface Fleet {
-  /** SIGKILLs one worker, picked at random, waits for its death and starts another. */
   /** SIGKILLs one worker that is up and starts it again; `false` when none was up. */
   readonly killOne: (rng: Random) => Effect.Effect<boolean>
+  /**
+   * SIGKILLs one worker of `role` that is up, other than the one of slot `except`, and starts it again; returns
+   * its slot, `undefined` when none was up.
+   */
+  readonly kill: (
+    rng: Random,
+    options: { readonly role?: Role; readonly except?: number }
+  ) => Effect.Effect<number | undefined>
+  /** Until the current process of slot `index` is up (printed READY). */
+  readonly up: (index: number) => Effect.Effect<void>
   /** Until every worker has built its layers (connected to the database). */
   readonly ready: Effect.Effect<void, Error>
   /**
@@ -156,6 +167,9 @@ interface Slot {
   readonly markReady: () => void
   /** The slot's current process has printed READY (a process still starting is not killed: see `killOne`). */
   up: boolean
+  /** Resolves once the slot's current process has printed READY. */
+  upNow: Promise<void>
+  markUp: () => void
 }
 
 /**
@@ -170,7 +184,7 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
     const slots: Array<Slot> = configs.map((config) => {
       let markReady = () => {}
       const ready = new Promise<void>((resolve) => (markReady = resolve))
-      return { config, expected: false, ready, markReady, up: false }
+      return { config, expected: false, ready, markReady, up: false, upNow: ready, markUp: markReady }
     })
 
     const startSlot = (slot: Slot) => {
@@ -181,6 +195,7 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
       )
       stats.started++
       slot.up = false
+      slot.upNow = new Promise<void>((resolve) => (slot.markUp = resolve))
       let tail = ""
       const lines = () => {
         let partial = ""
@@ -192,6 +207,7 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
             if (line === "READY") {
               slot.up = true
               slot.markReady()
+              slot.markUp()
             }
             for (const [name, words] of Object.entries(logged)) {
               if (line.includes(words)) stats[name as keyof typeof logged]++
@@ -244,27 +260,32 @@ export const fleet = (configs: ReadonlyArray<WorkerConfig>) =>
 
     // Only workers that are up are killed: on a busy machine a restarted worker can take longer to start than the
     // pause between kills, and a storm that kills workers before they start tests nothing but the machine's speed.
-    const killOne = (rng: Random) =>
+    const kill: Fleet["kill"] = (rng, options) =>
       Effect.promise(async () => {
-        const live = slots.filter((s) =>
-          s.up && s.proc !== undefined && s.proc.exitCode === null && s.proc.signalCode === null
+        const live = slots.filter((s, i) =>
+          s.up && s.proc !== undefined && s.proc.exitCode === null && s.proc.signalCode === null &&
+          (options.role === undefined || s.config.role === options.role) && i !== options.except
         )
-        if (live.length === 0 || stopping) return false
+        if (live.length === 0 || stopping) return undefined
         const slot = live[rng.between(0, live.length - 1)]!
         slot.expected = true
         slot.proc!.kill("SIGKILL")
         stats.kills++
         await slot.exited
         if (!stopping) startSlot(slot)
-        return true
+        return slots.indexOf(slot)
       }).pipe(Effect.uninterruptible)
+
+    const killOne = (rng: Random) => Effect.map(kill(rng, {}), (slot) => slot !== undefined)
+
+    const up = (index: number) => Effect.promise(() => slots[index]!.upNow)
 
     const ready = Effect.promise(() => Promise.all(slots.map((s) => s.ready))).pipe(
       Effect.asVoid,
       Effect.timeoutFail({ duration: "60 seconds", onTimeout: () => new Error("the workers did not start in 60 s") })
     )
 
-    return { killOne, ready, stats, deaths } satisfies Fleet
+    return { killOne, kill, up, ready, stats, deaths } satisfies Fleet
   })
 
 // ---------------------------------------------------------------------------------------------------
@@ -298,6 +319,8 @@ export interface ProduceOptions {
   readonly rollbackShare: number
   /** Called after each committed transaction (the hostile scenario interleaves its rows that way). */
   readonly onCommit?: (n: number) => Effect.Effect<void>
+  /** Give message `n` the ordering key `keyOf(n, keys)`, recording its key's commit order (PostgreSQL only). */
+  readonly keys?: number
 }
 
 /**
@@ -316,6 +339,19 @@ export const produce = (url: string, leaseMs: number, options: ProduceOptions) =
       Effect.suspend(() => {
         let id: string | undefined
         return sql.withTransaction(Effect.gen(function*() {
+          if (options.keys !== undefined) {
+            // The key's row stays locked until this transaction ends: a key's transactions commit in `seq` order.
+            const key = keyOf(n, options.keys)
+            const [row] = yield* sql<{ seq: number }>`INSERT INTO chaos_keys (ordering_key, seq) VALUES (${key}, 1)
+              ON CONFLICT (ordering_key) DO UPDATE SET seq = chaos_keys.seq + 1 RETURNING seq`
+            id = yield* Outbox.dispatch(new ChaosPaid({ n }), { orderingKey: key })
+            production.dispatched.push(id)
+            const keyed = yield* sql`INSERT INTO chaos_orders (n, message_id, ordering_key, seq)
+              VALUES (${n}, ${id}, ${key}, ${row!.seq}) ON CONFLICT (n) DO NOTHING RETURNING n`
+            if (keyed.length === 0) return yield* new AlreadyCommitted()
+            if (rollsBack(n, options.rollbackShare)) return yield* new RolledBackOnPurpose()
+            return "committed" as const
+          }
           id = yield* Outbox.dispatch(new ChaosPaid({ n }))
           production.dispatched.push(id)
           const inserted = yield* sql.onDialectOrElse({

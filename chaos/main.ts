@@ -15,10 +15,12 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { type RunningKafka, startKafka } from "../test/support/kafka.js"
 import { type RunningBroker, startBroker } from "../test/support/rabbitmq.js"
 import {
   evaluate,
   hostileTable,
+  orderTable,
   type Result,
   resultsTable,
   selfTest,
@@ -50,13 +52,17 @@ const usage = `npm run chaos -- [options]
   --storm-seconds S    sigkill-storm: production spread over S seconds (default ${fullSizes.storm.seconds})
   --storm-kills N      sigkill-storm: SIGKILLs at least (default ${fullSizes.storm.minKills}; ${fullSizes.storm.workers} workers, lease ${fullSizes.storm.leaseMs} ms,
                        batch ${fullSizes.storm.batchSize}, ${fullSizes.storm.maxRetries} retries)
+  --kafka-messages N   kafka-*: business transactions, each message with one of ${fullSizes.kafka.keys} ordering keys
+                       (default ${fullSizes.kafka.messages}, over ${fullSizes.kafka.seconds} s; a topic of ${fullSizes.kafka.partitions} partitions)
+  --kafka-seconds S    kafka-*: production spread over S seconds (default ${fullSizes.kafka.seconds})
   --seed N             the seed of the fault schedule (default: random, printed)
   --self-test          only the self-test of the checks, on a synthetic result (no server started)
   --help
 
 It starts its own PostgreSQL (DATABASE_URL is not used: the scenarios restart and stop the server), for the
 mariadb-* scenarios its own MariaDB server (Debian's mariadb-server; MYSQL_URL is not used either) and, for the
-broker scenario, its own RabbitMQ node (Debian's packages, installed with apt when missing and root).
+broker scenario, its own RabbitMQ node (Debian's packages, installed with apt when missing and root) and, for the
+kafka-* scenarios, its own Kafka broker (Apache Kafka 4.4.0 from Maven Central's jars, as the tests start it).
 CHAOS_WORKER_LOGS=<dir> also writes each worker process's output to a file there.`
 
 interface Options {
@@ -103,6 +109,11 @@ const parse = (argv: ReadonlyArray<string>): Options | string => {
         messages: Math.round(number("--storm-messages", fullSizes.storm.messages)),
         seconds: number("--storm-seconds", fullSizes.storm.seconds),
         minKills: Math.round(number("--storm-kills", fullSizes.storm.minKills))
+      },
+      kafka: {
+        ...fullSizes.kafka,
+        messages: Math.round(number("--kafka-messages", fullSizes.kafka.messages)),
+        seconds: number("--kafka-seconds", fullSizes.kafka.seconds)
       }
     }
     const seed = Math.round(number("--seed", Math.floor(Math.random() * 2 ** 31)))
@@ -135,6 +146,10 @@ const printResults = (results: ReadonlyArray<Result>, sizes: Sizes, seed: number
       `${sizes.leaseMs} ms, seed ${seed}; ${(elapsedMs / 1000).toFixed(0)} s in all\n`
   )
   console.log(resultsTable(results))
+  if (results.some((r) => r.observation.order !== undefined)) {
+    console.log("\nPer-key order on Kafka (each id at its first record; duplicates are at-least-once at work)\n")
+    console.log(orderTable(results))
+  }
   console.log("\nDetails")
   for (const { observation } of results) {
     for (const note of observation.notes) console.log(`  ${observation.scenario}: ${note}`)
@@ -155,6 +170,7 @@ const printResults = (results: ReadonlyArray<Result>, sizes: Sizes, seed: number
 const cleanUpOnExit = (server: ChaosServer, broker: RunningBroker | undefined) =>
   Effect.sync(() =>
     process.once("exit", () => {
+      // The Kafka broker is tracked by test/support/leftovers.ts, which stops it and removes its folder at exit.
       if (broker !== undefined) {
         try {
           process.kill(Number(fs.readFileSync(path.join(broker.dir, "rabbitmq.pid"), "utf8").trim()), "SIGTERM")
@@ -172,18 +188,22 @@ const main = (options: Options) =>
     const t0 = Date.now()
     const needsBroker = options.scenarios.some((s) => s.needsBroker)
     const needsMariadb = options.scenarios.some((s) => s.server === "mariadb")
+    const needsKafka = options.scenarios.some((s) => s.needsKafka === true)
     log(
-      `chaos: starting PostgreSQL${needsMariadb ? ", MariaDB" : ""}${needsBroker ? " and RabbitMQ" : ""} ` +
-        `(seed ${options.seed})`
+      `chaos: starting PostgreSQL${needsMariadb ? ", MariaDB" : ""}${needsBroker ? ", RabbitMQ" : ""}` +
+        `${needsKafka ? ", Kafka" : ""} (seed ${options.seed})`
     )
-    const [server, mariadb, broker] = yield* Effect.all([
+    const [server, mariadb, broker, kafka] = yield* Effect.all([
       Effect.acquireRelease(Effect.promise(() => startServer({ log })), (s) => Effect.promise(() => s.destroy())),
       needsMariadb
         ? Effect.acquireRelease(Effect.promise(() => startMariadbServer()), (s) => Effect.promise(() => s.destroy()))
         : Effect.succeed<ChaosServer | undefined>(undefined),
       needsBroker
         ? Effect.acquireRelease(Effect.promise(() => startBroker()), (b) => Effect.promise(() => b.destroy()))
-        : Effect.succeed<RunningBroker | undefined>(undefined)
+        : Effect.succeed<RunningBroker | undefined>(undefined),
+      needsKafka
+        ? Effect.acquireRelease(Effect.promise(() => startKafka()), (k) => Effect.promise(() => k.destroy()))
+        : Effect.succeed<RunningKafka | undefined>(undefined)
     ], { concurrency: "unbounded" })
     yield* cleanUpOnExit(server, broker)
     if (mariadb !== undefined) yield* cleanUpOnExit(mariadb, undefined)
@@ -196,6 +216,7 @@ const main = (options: Options) =>
         scenario.run({
           server: scenario.server === "mariadb" ? mariadb! : server,
           broker,
+          kafka,
           sizes: options.sizes,
           seed: options.seed,
           log

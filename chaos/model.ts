@@ -27,10 +27,14 @@ export const consumer = "chaos-effects"
  * The business tables. `chaos_orders` is the producer's business row, written in the transaction of the dispatch:
  * it exists if and only if the message was committed. `chaos_effects` is the consumer's side effect, written in the
  * transaction of its idempotency record (no unique key: a second effect must show, not fail). `chaos_deliveries`
- * counts every handler invocation, written before and outside that transaction.
+ * counts every handler invocation, written before and outside that transaction. On PostgreSQL, the keyed scenarios
+ * (Kafka's) give each message an ordering key: `chaos_keys` holds each key's last sequence number, which a producer
+ * raises (and so locks the key's row until its commit) before the dispatch, so `chaos_orders.seq` is the key's commit
+ * order.
  */
 export const postgresBusinessTables = [
-  `CREATE TABLE chaos_orders (n int PRIMARY KEY, message_id uuid NOT NULL)`,
+  `CREATE TABLE chaos_orders (n int PRIMARY KEY, message_id uuid NOT NULL, ordering_key text, seq int)`,
+  `CREATE TABLE chaos_keys (ordering_key text PRIMARY KEY, seq int NOT NULL)`,
   `CREATE TABLE chaos_effects (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, message_id uuid NOT NULL,
      n int NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())`,
   `CREATE TABLE chaos_deliveries (message_id uuid NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())`
@@ -61,6 +65,37 @@ export const consume = (options: { readonly fromTransport?: string; readonly wor
   )
 
 /**
+ * The Kafka consumer: a handler that records each invocation (autocommitted, a statement of its own) and the
+ * idempotent handler (`idempotent: true`: the idempotency record and the effect in one transaction, the effect's
+ * work inside it). Both run for every record of `ChaosPaid` the `kafka` transport hands out.
+ */
+export const consumeKafka = (options: { readonly workMs: number }) =>
+  [
+    Handlers.handler(
+      ChaosPaid,
+      (_, envelope) =>
+        Effect.flatMap(
+          SqlClient.SqlClient,
+          (sql) =>
+            sql
+              .withoutTransforms()`INSERT INTO chaos_deliveries (message_id, pid) VALUES (${envelope.messageId}, ${process.pid})`
+        ),
+      { name: "chaos-deliveries", fromTransport: "kafka" }
+    ),
+    Handlers.handler(
+      ChaosPaid,
+      (paid, envelope) =>
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          Effect.zipRight(
+            Effect.sleep(options.workMs),
+            sql
+              .withoutTransforms()`INSERT INTO chaos_effects (message_id, n, pid) VALUES (${envelope.messageId}, ${paid.n}, ${process.pid})`
+          )),
+      { name: consumer, fromTransport: "kafka", idempotent: true }
+    )
+  ] as const
+
+/**
  * The retry policy of every worker: the faults make handlers, forwards and settling writes fail for seconds at a
  * time, so the policy outlasts them (as README's "Forwarding to a broker" advises for broker outages) instead of
  * giving messages up to the failure queue. A message that cannot be decoded still fails at once.
@@ -84,6 +119,10 @@ export type Role =
   | "forwarder"
   /** Consumes `amqp` from the broker with the idempotent consumer (failures to PostgreSQL's `failed`). */
   | "broker-consumer"
+  /** Forwards `outbox` to the Kafka transport `kafka`. */
+  | "kafka-forwarder"
+  /** Consumes `kafka` from Kafka with `consumeKafka` (failures to PostgreSQL's `failed`). */
+  | "kafka-consumer"
 
 /** The configuration of a worker process (its one argument, as JSON). */
 export interface WorkerConfig {
@@ -98,7 +137,20 @@ export interface WorkerConfig {
   /** The retry budget, when not `retry`'s (see `retryOf`). */
   readonly maxRetries?: number
   readonly amqp?: { readonly url: string; readonly exchange: string; readonly queue: string }
+  readonly kafka?: KafkaConfig
 }
+
+/** The Kafka transport `kafka` of a scenario: its broker, topic (and partitions) and consumer group. */
+export interface KafkaConfig {
+  readonly bootstrap: string
+  readonly topic: string
+  readonly partitions: number
+  readonly groupId: string
+  readonly sessionTimeoutMs: number
+}
+
+/** The ordering key of business transaction `n` among `keys` keys. */
+export const keyOf = (n: number, keys: number) => `key-${n % keys}`
 
 /** The `application_name` of the worker processes' pooled connections (their claim session has the library's). */
 export const workerApplicationName = "chaos worker"

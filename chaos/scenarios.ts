@@ -7,7 +7,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import type { RunningBroker } from "../test/support/rabbitmq.js"
-import type { Observation } from "./checks.js"
+import type { KeyOrder, Observation } from "./checks.js"
 import type { DialectName } from "./dialects.js"
 import {
   allEffectsWritten,
@@ -26,7 +26,8 @@ import {
   waitUntil
 } from "./harness.js"
 import * as Hostile from "./hostile.js"
-import { monitorApplicationName, type Role, type WorkerConfig } from "./model.js"
+import { groupState, readTopic, type TopicRecord } from "./kafka.js"
+import { type KafkaConfig, monitorApplicationName, type Role, type WorkerConfig } from "./model.js"
 import type { ChaosServer } from "./postgres.js"
 
 /** The sizes and timings of a run (`npm run chaos -- --help` names the options). */
@@ -59,6 +60,31 @@ export interface Sizes {
   readonly deadlineMs: number
   /** The `sigkill-storm` scenario's own sizes (its other sizes are the run's). */
   readonly storm: StormSizes
+  /** The Kafka scenarios' own sizes (their other sizes are the run's). */
+  readonly kafka: KafkaSizes
+}
+
+/**
+ * The Kafka scenarios: `messages` transactions over `seconds`, each message with one of `keys` ordering keys, into a
+ * topic of `partitions` partitions. `kafka-broker-kill`: `forwarders` forwarder processes while the broker is
+ * SIGKILLed and started again `brokerKills` times. `kafka-consumer-kill`: one forwarder and `consumers` consumer
+ * processes of one group (session timeout `sessionTimeoutMs`), killed in pairs — one, then another while the group
+ * rebalances to let the first one's replacement in — every `killEveryMs`, while the production runs and until
+ * `minKills` kills; then the queue must drain within `deadlineMs`.
+ */
+export interface KafkaSizes {
+  readonly messages: number
+  readonly seconds: number
+  readonly keys: number
+  readonly partitions: number
+  readonly forwarders: number
+  readonly brokerKills: number
+  readonly consumers: number
+  readonly sessionTimeoutMs: number
+  readonly killEveryMs: readonly [number, number]
+  readonly minKills: number
+  readonly batchSize: number
+  readonly deadlineMs: number
 }
 
 /**
@@ -110,7 +136,32 @@ export const fullSizes: Sizes = {
     killEveryMs: [500, 1500],
     minKills: 50,
     deadlineMs: 180_000
+  },
+  // 23 000 transactions: 20 700 committed keyed messages.
+  kafka: {
+    messages: 23_000,
+    seconds: 60,
+    keys: 200,
+    partitions: 6,
+    forwarders: 2,
+    brokerKills: 2,
+    consumers: 3,
+    sessionTimeoutMs: 6000,
+    killEveryMs: [1000, 3000],
+    minKills: 6,
+    batchSize: 50,
+    deadlineMs: 180_000
   }
+}
+
+/** A Kafka broker a scenario may kill and start again (the run's own). */
+export interface KafkaBroker {
+  /** `host:port` of its PLAINTEXT listener. */
+  readonly bootstrap: string
+  /** SIGKILLs it; resolves when the process is gone. */
+  readonly kill: () => Promise<void>
+  /** Starts it again on the same ports and data; resolves when it is ready. */
+  readonly start: () => Promise<void>
 }
 
 /** What a scenario runs against. */
@@ -118,6 +169,8 @@ export interface Environment {
   readonly server: ChaosServer
   /** The run's own RabbitMQ node (the broker scenario stops and starts it). */
   readonly broker?: RunningBroker | undefined
+  /** The run's own Kafka broker (`kafka-broker-kill` kills and starts it). */
+  readonly kafka?: KafkaBroker | undefined
   readonly sizes: Sizes
   readonly seed: number
   readonly log: (line: string) => void
@@ -132,6 +185,8 @@ export interface Scenario {
   readonly title: string
   readonly server: DialectName
   readonly needsBroker: boolean
+  /** It needs a Kafka broker (`Environment.kafka`). */
+  readonly needsKafka?: boolean
   readonly run: (env: Environment) => Effect.Effect<Observation, unknown>
 }
 
@@ -149,6 +204,8 @@ interface FaultContext {
   readonly produced: Effect.Effect<void>
   /** Epoch ms of the production's start. */
   readonly started: number
+  /** The Kafka transport of the scenario's workers, when it has one. */
+  readonly kafka: KafkaConfig | undefined
 }
 
 interface ScenarioSpec {
@@ -167,6 +224,12 @@ interface ScenarioSpec {
   /** Runs beside the production; interrupted once the queue drained. */
   readonly fault: (ctx: FaultContext) => Effect.Effect<void, unknown>
   readonly hostile?: boolean
+  /**
+   * A Kafka scenario: messages get ordering keys and the workers a Kafka transport `kafka`. `forward`: the topic is
+   * the far end (its records are the effects, its duplicates the duplicate deliveries); `consume`: consumers handle
+   * it, and their effects must follow its order.
+   */
+  readonly kafka?: "forward" | "consume"
 }
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`
@@ -198,6 +261,9 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
     if (spec.broker === true && env.broker === undefined) {
       return yield* Effect.dieMessage(`the ${spec.name} scenario needs a RabbitMQ node`)
     }
+    if (spec.kafka !== undefined && env.kafka === undefined) {
+      return yield* Effect.dieMessage(`the ${spec.name} scenario needs a Kafka broker`)
+    }
     const t0 = Date.now()
     const url = yield* createDatabase(env.server.adminUrl, spec.name)
     const amqp = spec.broker === true && env.broker !== undefined
@@ -207,7 +273,21 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
         queue: `chaos.${spec.name}.${process.pid}`
       }
       : undefined
-    const base = { url, leaseMs: sizes.leaseMs, ...(amqp === undefined ? {} : { amqp }) }
+    const kafka: KafkaConfig | undefined = spec.kafka !== undefined && env.kafka !== undefined
+      ? {
+        bootstrap: env.kafka.bootstrap,
+        topic: `chaos-${spec.name}-${process.pid}-${t0}`,
+        partitions: sizes.kafka.partitions,
+        groupId: `chaos-${spec.name}-${process.pid}-${t0}`,
+        sessionTimeoutMs: sizes.kafka.sessionTimeoutMs
+      }
+      : undefined
+    const base = {
+      url,
+      leaseMs: sizes.leaseMs,
+      ...(amqp === undefined ? {} : { amqp }),
+      ...(kafka === undefined ? {} : { kafka })
+    }
     yield* prepare(url, base)
     const settle = spec.settleTimeoutMs?.(sizes)
     const configs = spec.workers(sizes).map((role): WorkerConfig => ({
@@ -247,12 +327,13 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
           seconds: sizes.seconds,
           producers: sizes.producers,
           rollbackShare: sizes.rollbackShare,
-          ...(specs.length > 0 ? { onCommit } : {})
+          ...(specs.length > 0 ? { onCommit } : {}),
+          ...(kafka === undefined ? {} : { keys: sizes.kafka.keys })
         })
       )
       const produced = Effect.asVoid(Fiber.await(producers))
       const fault = yield* Effect.fork(
-        spec.fault({ env, url, fleet: workers, rng, notes, injected, produced, started })
+        spec.fault({ env, url, fleet: workers, rng, notes, injected, produced, started, kafka })
       )
       const production = yield* Fiber.join(producers)
       const producedAt = Date.now()
@@ -261,7 +342,9 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
       for (const rest of specs.slice(hostile.length)) hostile.push(yield* Hostile.insert(url, rest))
       const drained = Effect.zipWith(
         queueEmpty(url),
-        amqp === undefined
+        spec.kafka === "consume"
+          ? allEffectsWritten(url)
+          : amqp === undefined
           ? Effect.succeed(true)
           : Effect.zipWith(
             brokerQueueDepth(amqp.url, amqp.queue),
@@ -298,7 +381,7 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
       return { drainedAt, production, workerExits: workers.stats.unexpectedExits, phases }
     }).pipe(Effect.scoped) // the workers are stopped before the database is read back
     const stopped = Date.now()
-    const observation = yield* observe(url, {
+    const observed = yield* observe(url, {
       scenario: spec.name,
       production,
       hostile,
@@ -308,6 +391,9 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
       drainMs: drainedAt === undefined ? undefined : drainedAt - started,
       notes
     })
+    const observation = kafka === undefined || spec.kafka === undefined
+      ? observed
+      : yield* withKafkaOrder(url, kafka, spec.kafka, observed)
     const timing = `time: ${
       [
         ...phases,
@@ -319,6 +405,145 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
   })
 
 const consumers = (sizes: Sizes) => Array.from({ length: sizes.workers }, () => "consumer" as const)
+
+/** Each key's message ids in the order of `records`, each at its first occurrence. */
+const firstOccurrences = (records: ReadonlyArray<{ readonly key: string; readonly id: string }>) => {
+  const seen = new Set<string>()
+  const byKey: Record<string, Array<string>> = {}
+  for (const { id, key } of records) {
+    if (seen.has(id)) continue
+    seen.add(id)
+    ;(byKey[key] ??= []).push(id)
+  }
+  return byKey
+}
+
+/**
+ * Adds the topic's per-key order to an observation. `forward`: the expected order is each key's commit order in
+ * PostgreSQL (`chaos_orders.seq`), the actual one the topic's (offset order, an id at its first record); the topic's
+ * distinct ids become the effects and its records the deliveries. `consume`: the expected order is the topic's, the
+ * actual one that of the consumer's effects (their insertion order, `chaos_effects.id`).
+ */
+const withKafkaOrder = (url: string, kafka: KafkaConfig, mode: "forward" | "consume", observation: Observation) =>
+  Effect.gen(function*() {
+    const records: ReadonlyArray<TopicRecord> = yield* Effect.tryPromise(() => readTopic(kafka.bootstrap, kafka.topic))
+    const placed: Record<string, Array<number>> = {}
+    for (const { key, partition } of records) {
+      const list = (placed[key] ??= [])
+      if (!list.includes(partition)) list.push(partition)
+    }
+    const inKafka = firstOccurrences(records)
+    const distinct = new Set(records.map((r) => r.id))
+    const base = { partitions: kafka.partitions, placed, records: records.length, distinct: distinct.size }
+    if (mode === "forward") {
+      const committed = yield* query<{ id: string; key: string }>(
+        url,
+        `SELECT message_id::text AS id, ordering_key AS key FROM chaos_orders ORDER BY ordering_key, seq`
+      )
+      const order: KeyOrder = {
+        expectedIs: "commit order in PostgreSQL",
+        actualIs: "offset order in Kafka",
+        expected: firstOccurrences(committed),
+        actual: inKafka,
+        ...base
+      }
+      return {
+        ...observation,
+        // The consumer's invocation count means nothing here: no consumer runs.
+        notes: observation.notes.filter((note) => !note.startsWith("handler invocations:")),
+        effects: [...distinct],
+        deliveries: { total: records.length, messages: distinct.size },
+        order
+      }
+    }
+    const effects = yield* query<{ id: string; key: string }>(
+      url,
+      `SELECT e.message_id::text AS id, o.ordering_key AS key FROM chaos_effects e
+       JOIN chaos_orders o ON o.message_id = e.message_id ORDER BY e.id`
+    )
+    const order: KeyOrder = {
+      expectedIs: "offset order in Kafka",
+      actualIs: "the consumer's effects",
+      expected: inKafka,
+      actual: firstOccurrences(effects),
+      ...base
+    }
+    return { ...observation, order }
+  })
+
+/** The sizes of the Kafka scenarios: the run's, with theirs. */
+const kafkaSizes = (sizes: Sizes): Sizes => ({
+  ...sizes,
+  messages: sizes.kafka.messages,
+  seconds: sizes.kafka.seconds,
+  batchSize: sizes.kafka.batchSize,
+  deadlineMs: sizes.kafka.deadlineMs
+})
+
+/** The broker SIGKILLed and started again `brokerKills` times, spread over the production. */
+const brokerKills = (ctx: FaultContext) =>
+  Effect.gen(function*() {
+    const broker = ctx.env.kafka!
+    for (const at of spread(ctx, ctx.env.sizes.kafka.brokerKills)) {
+      yield* sleepUntil(at)
+      const killedAt = Date.now()
+      const ms = yield* timed(Effect.promise(async () => {
+        await broker.kill()
+        await broker.start()
+      })).pipe(Effect.uninterruptible)
+      ctx.injected()
+      ctx.notes.push(
+        `broker SIGKILLed ${seconds(killedAt - ctx.started)} into the production and started again: down ${seconds(ms)}`
+      )
+    }
+  })
+
+/** Whether a group state (as the broker spells it: `PreparingRebalance`, `PREPARINGREBALANCE`…) is a rebalance. */
+const rebalancing = (state: string) => /^(preparing|completing)rebalance$/i.test(state)
+
+/**
+ * Consumers killed in pairs while the production runs, and on until `minKills` kills: one is SIGKILLed and started
+ * again; once its replacement is up (it joins the group at its first claim), a second one is SIGKILLed as soon as the
+ * group is seen rebalancing (up to 10 s), and started again. The queue then drains without kills.
+ */
+const consumerKills = (ctx: FaultContext) =>
+  Effect.gen(function*() {
+    const { kafka } = ctx.env.sizes
+    const group = ctx.kafka!
+    let produced = false
+    yield* Effect.fork(Effect.zipRight(ctx.produced, Effect.sync(() => void (produced = true))))
+    const t0 = Date.now()
+    let kills = 0
+    let duringRebalance = 0
+    const states = new Map<string, number>()
+    while (!produced || kills < kafka.minKills) {
+      yield* Effect.sleep(ctx.rng.between(...kafka.killEveryMs))
+      const first = yield* ctx.fleet.kill(ctx.rng, { role: "kafka-consumer" })
+      if (first === undefined) continue
+      kills++
+      ctx.injected()
+      yield* ctx.fleet.up(first)
+      const deadline = Date.now() + 10_000
+      let state = "unknown"
+      while (Date.now() < deadline) {
+        state = yield* Effect.promise(() => groupState(group.bootstrap, group.groupId))
+        if (rebalancing(state)) break
+        yield* Effect.sleep("50 millis")
+      }
+      const second = yield* ctx.fleet.kill(ctx.rng, { role: "kafka-consumer", except: first })
+      if (second === undefined) continue
+      kills++
+      ctx.injected()
+      states.set(state, (states.get(state) ?? 0) + 1)
+      if (rebalancing(state)) duringRebalance++
+    }
+    ctx.notes.push(
+      `consumers: ${kills} SIGKILLs in ${seconds(Date.now() - t0)}; ${duringRebalance} second kills of a pair while ` +
+        `the group rebalanced (group state at those kills: ${
+          [...states].map(([state, n]) => `${state} ${n}`).join(", ")
+        })`
+    )
+  })
 
 /** Kills every backend of the scenario's database but the chaos program's own probes; returns how many. */
 const terminateBackends = (url: string) =>
@@ -514,6 +739,41 @@ export const scenarios: ReadonlyArray<Scenario> = [
             ctx.notes.push(`broker stopped (SIGTERM) and started again: down ${seconds(ms)}`)
           }
         })
+    })
+  },
+  {
+    name: "kafka-broker-kill",
+    title: "Kafka broker SIGKILLed mid-forwarding: ≥ 20 000 keyed messages, outbox → Forwarder → Kafka; per-key " +
+      "order in Kafka equal to commit order, Java's partitions",
+    server: "postgres",
+    needsBroker: false,
+    needsKafka: true,
+    run: scenario({
+      name: "kafka-broker-kill",
+      kafka: "forward",
+      sizes: kafkaSizes,
+      minFaults: (sizes) => sizes.kafka.brokerKills,
+      workers: (sizes) => Array.from({ length: sizes.kafka.forwarders }, () => "kafka-forwarder" as const),
+      fault: brokerKills
+    })
+  },
+  {
+    name: "kafka-consumer-kill",
+    title: "Kafka consumers SIGKILLed during rebalances: ≥ 20 000 keyed records, one group of idempotent consumers; " +
+      "effects exactly once, in each key's order in Kafka",
+    server: "postgres",
+    needsBroker: false,
+    needsKafka: true,
+    run: scenario({
+      name: "kafka-consumer-kill",
+      kafka: "consume",
+      sizes: kafkaSizes,
+      minFaults: (sizes) => sizes.kafka.minKills,
+      workers: (sizes) => [
+        "kafka-forwarder" as const,
+        ...Array.from({ length: sizes.kafka.consumers }, () => "kafka-consumer" as const)
+      ],
+      fault: consumerKills
     })
   },
   {

@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import type { OutboxConfigError } from "../src/domain/Errors.js"
 import * as AmqpTransport from "../src/layers/amqp/AmqpTransport.js"
+import * as KafkaTransport from "../src/layers/kafka/KafkaTransport.js"
 import * as MysqlIdempotencyStore from "../src/layers/MysqlIdempotencyStore.js"
 import * as MysqlTransport from "../src/layers/MysqlTransport.js"
 import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
@@ -22,7 +23,7 @@ import * as Handlers from "../src/services/Handlers.js"
 import type { IdempotencyStore } from "../src/services/IdempotencyStore.js"
 import type { Transport } from "../src/services/Transport.js"
 import { dialectOf } from "./dialects.js"
-import { ChaosPaid, consume, queue, retryOf, table, type WorkerConfig } from "./model.js"
+import { ChaosPaid, consume, consumeKafka, queue, retryOf, table, type WorkerConfig } from "./model.js"
 
 /**
  * A pool on a URL: PostgreSQL's, its connections named for `pg_stat_activity`, or MariaDB's (`mysql://`), whose
@@ -44,11 +45,24 @@ export const pgOptions = (leaseMs: number): PgTransport.Options => ({
 })
 
 /**
- * `Transport` and `TransportAdmin`: PostgreSQL, plus the broker's `amqp` transport when configured; or MariaDB's.
+ * `Transport` and `TransportAdmin`: PostgreSQL, plus the broker's `amqp` transport or Kafka's `kafka` when
+ * configured; or MariaDB's.
  */
-export const transport = (config: Pick<WorkerConfig, "leaseMs" | "amqp" | "url">) =>
+export const transport = (config: Pick<WorkerConfig, "leaseMs" | "amqp" | "kafka" | "url">) =>
   dialectOf(config.url) === "mariadb"
     ? MysqlTransport.layer(pgOptions(config.leaseMs))
+    : config.kafka !== undefined
+    ? TransportRouter.layer(
+      PgTransport.make(pgOptions(config.leaseMs)),
+      KafkaTransport.make({
+        brokers: config.kafka.bootstrap,
+        clientId: "chaos",
+        sessionTimeout: Duration.millis(config.kafka.sessionTimeoutMs),
+        transports: {
+          kafka: { topic: config.kafka.topic, groupId: config.kafka.groupId, partitions: config.kafka.partitions }
+        }
+      })
+    )
     : config.amqp === undefined
     ? PgTransport.layer(pgOptions(config.leaseMs))
     : TransportRouter.layer(
@@ -71,6 +85,10 @@ const handlers = (
       return Handlers.layer([...Forwarder.handlers([ChaosPaid], { to: "amqp" })])
     case "broker-consumer":
       return Handlers.layer([consume({ fromTransport: "amqp", workMs: config.workMs })])
+    case "kafka-forwarder":
+      return Handlers.layer([...Forwarder.handlers([ChaosPaid], { to: "kafka" })])
+    case "kafka-consumer":
+      return Handlers.layer(consumeKafka({ workMs: config.workMs }))
   }
 }
 

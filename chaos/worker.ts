@@ -21,7 +21,7 @@ process.stdin.on("end", () => process.exit(0)).on("error", () => process.exit(0)
 const ready = Effect.sync(() => process.stdout.write("READY\n"))
 
 ready.pipe(Effect.zipRight(Worker.run({
-  transports: [config.role === "broker-consumer" ? "amqp" : queue],
+  transports: [config.role === "broker-consumer" ? "amqp" : config.role === "kafka-consumer" ? "kafka" : queue],
   batchSize: config.batchSize,
   concurrency: config.concurrency,
   sleep: "250 millis",

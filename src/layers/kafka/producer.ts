@@ -4,6 +4,13 @@
  * leader), so forwarders running side by side do not pay a broker round trip per message, and a lone send pays
  * no linger.
  *
+ * The client numbers each partition's records (the idempotent producer's sequence) when it builds a request and
+ * counts them as written only when the broker answers; the broker drops a batch whose numbers it has already written
+ * and answers it with a success. So one request at a time: two built side by side get the same numbers and the second
+ * one is dropped. And after a failed request the producer is replaced (a new producer id, numbering from 0): the
+ * broker may have written what the client never heard back about, and the next records, numbered alike, would be
+ * dropped as their duplicates.
+ *
  * @internal
  */
 import { ProduceAcks, Producer } from "@platformatic/kafka"
@@ -49,6 +56,12 @@ export interface KafkaProducer {
 export const make = (client: ClientOptions): Effect.Effect<KafkaProducer, never, Scope.Scope> =>
   Effect.gen(function*() {
     let producer: Producer<Buffer, Buffer, Buffer, Buffer> | undefined
+    /** After a failed request: the next one goes through a new producer (see the module's comment). */
+    const renew = () => {
+      const failed = producer
+      producer = undefined
+      void failed?.close().catch(() => undefined)
+    }
     const get = () =>
       producer ??= new Producer({
         ...client,
@@ -65,7 +78,10 @@ export const make = (client: ClientOptions): Effect.Effect<KafkaProducer, never,
     let queue: Array<Pending> = []
     let inFlight = false
 
-    /** Sends what waits in one request; a refused group is sent again caller by caller, so one bad record fails its own caller only. */
+    /**
+     * Sends what waits in one request; a refused group is sent again caller by caller, one request after the other,
+     * so one bad record fails its own caller only.
+     */
     const flush = () => {
       if (inFlight || queue.length === 0) return
       const batch = queue
@@ -81,16 +97,23 @@ export const make = (client: ClientOptions): Effect.Effect<KafkaProducer, never,
           settle()
         },
         (error: unknown) => {
+          renew()
           if (batch.length === 1) {
             batch[0]!.done(error, [])
             return settle()
           }
-          Promise.all(batch.map((p) =>
-            get().send({ messages: p.records as Array<Record> }).then(
-              (result) => p.done(undefined, result.offsets ?? []),
-              (e: unknown) => p.done(e, [])
-            )
-          )).finally(settle)
+          const alone = async () => {
+            for (const p of batch) {
+              await get().send({ messages: p.records as Array<Record> }).then(
+                (result) => p.done(undefined, result.offsets ?? []),
+                (e: unknown) => {
+                  renew()
+                  p.done(e, [])
+                }
+              )
+            }
+          }
+          alone().finally(settle)
         }
       )
     }
