@@ -73,3 +73,30 @@ export const groupState = async (bootstrap: string, groupId: string): Promise<st
     await admin.close().catch(() => undefined)
   }
 }
+
+/**
+ * A consumer group at a glance, for the details of a run that did not drain: its state, each member's partitions,
+ * and per partition the committed offset against the end.
+ */
+export const groupReport = async (bootstrap: string, groupId: string, topic: string): Promise<string> => {
+  const admin = new Admin({ clientId: "chaos-monitor", bootstrapBrokers: [bootstrap], timeout: 5000, retries: 0 })
+  const consumer = new Consumer({ clientId: "chaos-monitor", groupId, bootstrapBrokers: [bootstrap], timeout: 5000 })
+  try {
+    const group = (await admin.describeGroups({ groups: [groupId] })).get(groupId)
+    const members = [...(group?.members.values() ?? [])].map((m) =>
+      `${m.id.slice(-8)}: ${
+        [...(m.assignments?.values() ?? [])].flatMap((a) => a.partitions).sort((a, b) => a - b).join(",") || "none"
+      }`
+    )
+    const ends = (await consumer.listOffsets({ topics: [topic] })).get(topic) ?? []
+    const partitions = ends.map((_, p) => p)
+    const commits = (await consumer.listCommittedOffsets({ topics: [{ topic, partitions }] })).get(topic) ?? []
+    const lag = ends.map((end, p) => `${p}: ${commits[p] ?? "?"}/${end}`)
+    return `group ${group?.state ?? "unknown"}, members [${members.join("; ")}], committed/end [${lag.join(", ")}]`
+  } catch (error) {
+    return `group not described: ${String(error)}`
+  } finally {
+    await admin.close().catch(() => undefined)
+    await consumer.close().catch(() => undefined)
+  }
+}

@@ -26,7 +26,7 @@ import {
   waitUntil
 } from "./harness.js"
 import * as Hostile from "./hostile.js"
-import { groupState, readTopic, type TopicRecord } from "./kafka.js"
+import { groupReport, groupState, readTopic, type TopicRecord } from "./kafka.js"
 import { type KafkaConfig, monitorApplicationName, type Role, type WorkerConfig } from "./model.js"
 import type { ChaosServer } from "./postgres.js"
 
@@ -372,6 +372,9 @@ const scenario = (spec: ScenarioSpec) => (runEnv: Environment): Effect.Effect<Ob
         ...workers.deaths
       )
       if (drainedAt === undefined) notes.push(`not drained ${seconds(sizes.deadlineMs)} after the production`)
+      if (drainedAt === undefined && spec.kafka === "consume" && kafka !== undefined) {
+        notes.push(yield* Effect.promise(() => groupReport(kafka.bootstrap, kafka.groupId, kafka.topic)))
+      }
       const phases = [
         `database ${seconds(prepared - t0)}`,
         `workers up ${seconds(started - prepared)}`,

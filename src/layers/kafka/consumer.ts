@@ -53,6 +53,11 @@ interface Member {
   readonly consumer: Consumer<Buffer, Buffer, Buffer, Buffer>
   stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | undefined
   readonly partitions: Map<string, PartitionState>
+  /**
+   * The partitions (`topic:partition`) of its latest assignment. The stream can still hand over records of others:
+   * fetched before a rebalance took them away (buffered while it was paused, or a fetch answered after it).
+   */
+  owned: ReadonlySet<string>
   readonly byId: Map<string, Held>
   /** Records ready or claimed. */
   unsettled: number
@@ -165,6 +170,7 @@ export const make = (options: {
       for (const { topic, partitions } of assigned) {
         for (const p of partitions) owned.add(`${topic}:${p}`)
       }
+      member.owned = owned
       for (const [key, state] of member.partitions) {
         if (owned.has(key)) continue
         for (const held of state.records) {
@@ -210,6 +216,7 @@ export const make = (options: {
         consumer,
         stream: undefined,
         partitions: new Map(),
+        owned: new Set(),
         byId: new Map(),
         unsettled: 0,
         claimed: 0,
@@ -236,6 +243,9 @@ export const make = (options: {
       })
       member.stream = stream
       stream.on("data", (record: Consumed) => {
+        // A partition another member owns now: handed out here, its records would be handled beside that member's,
+        // out of their key's order, and this member would commit its offset past records nobody handled.
+        if (!member.owned.has(`${record.topic}:${record.partition}`)) return
         const state = stateOf(member, record.topic, record.partition)
         if (record.offset < state.next) return
         state.next = record.offset + 1n
