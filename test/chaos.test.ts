@@ -7,15 +7,19 @@
  * time (each on its own database), so the file takes about as long as its longest scenario, the broker's. Then the
  * checks' self-test: each corruption of a copy of a real result (an effect dropped, an effect of a rolled-back
  * message, a duplicate effect, an unbounded reason, a message left behind, a message whose handler never started
- * failed as `WorkerDiedError`) must fail its check. The hard SIGKILL storm (`sigkill-storm`) runs here in small: two
- * workers killed three to five times, too few kills to use up a retry budget of 5.
+ * failed as `WorkerDiedError`, two messages of a key swapped, a key's records in another partition) must fail its check.
+ * The hard SIGKILL storm (`sigkill-storm`) runs here in small: two workers killed three to five times, too few kills
+ * to use up a retry budget of 5. `kafka-broker-kill` kills a Kafka broker of this file's own; `kafka-consumer-kill`,
+ * which kills only consumers, runs on the test run's broker.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { evaluate, type Observation, selfTest, selfTestOk, syntheticObservation } from "../chaos/checks.js"
 import { startMariadbServer } from "../chaos/dialects.js"
 import { type ChaosServer, startServer } from "../chaos/postgres.js"
-import { type Environment, fullSizes, scenarios, type Sizes } from "../chaos/scenarios.js"
+import { type Environment, fullSizes, type KafkaBroker, scenarios, type Sizes } from "../chaos/scenarios.js"
+import { kafkaBootstrap } from "./support/kafka-transport.js"
+import { type RunningKafka, startKafka } from "./support/kafka.js"
 import { type RunningBroker, startBroker } from "./support/rabbitmq.js"
 
 const sizes: Sizes = {
@@ -44,6 +48,20 @@ const sizes: Sizes = {
     maxKills: 5,
     deadlineMs: 90_000
   },
+  kafka: {
+    messages: 300,
+    seconds: 3,
+    keys: 20,
+    partitions: 3,
+    forwarders: 1,
+    brokerKills: 1,
+    consumers: 2,
+    sessionTimeoutMs: 3000,
+    killEveryMs: [300, 800],
+    minKills: 2,
+    batchSize: 20,
+    deadlineMs: 90_000
+  },
   // A bound on the drain for a machine that also runs the other scenarios and test files: the storm kills only
   // workers that are up, so the queue drains; the bound only ends a run that would not.
   deadlineMs: 90_000
@@ -57,22 +75,36 @@ const sizes: Sizes = {
 const ownServer = new Set(["restart", "outage", "terminate", "mariadb-restart"])
 const servers = new Map<string, ChaosServer>()
 let broker: RunningBroker | undefined
+let kafka: RunningKafka | undefined
 beforeAll(async () => {
   const names = ["shared", "mariadb-shared", ...ownServer]
   const start = (name: string) => name.startsWith("mariadb") ? startMariadbServer() : startServer()
-  const [started, node] = await Promise.all([Promise.all(names.map(start)), startBroker()])
+  const [started, node, kafkaBroker] = await Promise.all([
+    Promise.all(names.map(start)),
+    startBroker(),
+    startKafka()
+  ])
   names.forEach((name, i) => servers.set(name, started[i]!))
   broker = node
-}, 90_000)
+  kafka = kafkaBroker
+}, 180_000)
 afterAll(async () => {
-  await Promise.all([...[...servers.values()].map((s) => s.destroy()), broker?.destroy()])
+  await Promise.all([...[...servers.values()].map((s) => s.destroy()), broker?.destroy(), kafka?.destroy()])
 }, 60_000)
+
+/** The test run's broker, which no scenario may kill. */
+const sharedKafka = (): KafkaBroker => ({
+  bootstrap: kafkaBootstrap(),
+  kill: () => Promise.reject(new Error("the test run's Kafka broker is not to be killed")),
+  start: () => Promise.reject(new Error("the test run's Kafka broker is not to be restarted"))
+})
 
 const environment = (scenario: string): Environment => ({
   server: servers.get(
     ownServer.has(scenario) ? scenario : scenario.startsWith("mariadb") ? "mariadb-shared" : "shared"
   )!,
   broker,
+  kafka: scenario === "kafka-broker-kill" ? kafka : sharedKafka(),
   sizes,
   seed: 15,
   log: () => {}
@@ -82,7 +114,9 @@ const environment = (scenario: string): Environment => ({
 const observed: Array<Observation> = []
 
 // The longest first: vitest runs at most five tests of a file at once.
-const longestFirst = [...scenarios].sort((a, b) => Number(b.needsBroker) - Number(a.needsBroker))
+const longestFirst = [...scenarios].sort((a, b) =>
+  Number(b.needsBroker || b.needsKafka === true) - Number(a.needsBroker || a.needsKafka === true)
+)
 
 describe.concurrent("chaos scenarios, small", () => {
   for (const scenario of longestFirst) {
@@ -115,6 +149,6 @@ describe("chaos checks", () => {
   it("the self-test on a synthetic result: every corruption caught, the result itself passes", () => {
     const observation = syntheticObservation()
     expect(evaluate(observation).ok).toBe(true)
-    expect(selfTest(observation).map((c) => c.outcome)).toEqual(Array(6).fill("caught"))
+    expect(selfTest(observation).map((c) => c.outcome)).toEqual(Array(8).fill("caught"))
   })
 })
