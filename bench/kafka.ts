@@ -65,9 +65,14 @@ export interface KafkaOptions {
   readonly rounds: number
   /** Unmeasured messages each contender handles first in its process (JIT, connections). */
   readonly warmup: number
+  /** Records produced once before the first round, so that the broker's JVM has compiled its produce path. */
+  readonly brokerWarmup: number
   /** Forwarder settings tried (batchSize × concurrency); the best is compared with the raw limit. */
   readonly grid: ReadonlyArray<WorkerSettings>
-  /** Raw producer: records per `send`, and sends in flight at once (each its own lane). */
+  /**
+   * Raw producer: records per `send`, and sends in flight at once (each its own lane). More than one in flight makes
+   * the client's idempotent producer fail with OUT_OF_ORDER_SEQUENCE_NUMBER (@platformatic/kafka 1.35: 4 sends of 500).
+   */
   readonly rawSettings: ReadonlyArray<RawSettings>
   /** The batch of the one-send-per-claim bound and of the raw relay. */
   readonly claimBatch: number
@@ -826,6 +831,8 @@ export const run = async (pgAdminUrl: string, o: KafkaOptions, log: (line: strin
   const [kafka, rabbit] = await Promise.all([ensureKafka(), ensureBroker()])
   const brokers: Brokers = { kafka: kafka.bootstrap, amqp: rabbit.url }
   try {
+    log(`kafka: warming the broker up (${count(o.brokerWarmup)} records)`)
+    await fillTopic(brokers.kafka, unique("warmup"), o.brokerWarmup, 200)
     let duplicates = 0
     const forward: Array<ForwardResult> = []
     for (const keys of o.keys) {

@@ -1272,6 +1272,7 @@ const main = async () => {
         keys: o.quick ? [200] : [200, 0],
         rounds: o.rounds,
         warmup: o.quick ? 200 : 2_000,
+        brokerWarmup: o.quick ? 2_000 : 100_000,
         grid: o.quick
           ? [{ batchSize: 200, concurrency: 200 }]
           : [
@@ -1283,7 +1284,7 @@ const main = async () => {
         rawSettings: o.quick ? [{ batch: 500, inFlight: 1 }] : [
           { batch: 500, inFlight: 1 },
           { batch: 2000, inFlight: 1 },
-          { batch: 500, inFlight: 4 }
+          { batch: 5000, inFlight: 1 }
         ],
         claimBatch: 500,
         consume: { batchSize: 500, concurrency: 200 },
