@@ -152,6 +152,9 @@ const unique = (prefix: string) => `bench-${prefix}-${process.pid}-${++names}`
 
 const partitions = 3
 
+/** The raw consumer reads this many times the others' records. */
+const rawConsumeFactor = 10
+
 /** The headers the forwarder writes for a BenchNoop (`Forwarder.forwardedHeaders`, encoded). */
 const storedHeaders = `{"type":"BenchNoop"}`
 /** The body `Outbox.dispatch(new BenchNoop({ n }))` stores. */
@@ -844,10 +847,13 @@ export const run = async (pgAdminUrl: string, o: KafkaOptions, log: (line: strin
       const at = `kafka round ${round + 1}/${o.rounds}`
       const topic = unique("consume")
       const ends = await fillTopic(brokers.kafka, topic, o.messages, keys)
+      // The raw consumer reads its share in tens of milliseconds: it reads more records, so its figure is not noise.
+      const rawTopic = unique("consume-raw")
+      const rawEnds = await fillTopic(brokers.kafka, rawTopic, o.messages * rawConsumeFactor, keys)
       const order = ["raw", "idempotent", "plain"] as const
       for (const who of round % 2 === 0 ? order : [...order].reverse()) {
         const perSecond = who === "raw"
-          ? await consumeRaw(brokers.kafka, topic, ends)
+          ? await consumeRaw(brokers.kafka, rawTopic, rawEnds)
           : await consumeOurs(pgAdminUrl, brokers.kafka, topic, ends, who === "idempotent", o.consume)
         consume[who].push(perSecond)
         log(`${at}  consume ${who}: ${rate(perSecond)} msg/s`)
@@ -979,7 +985,8 @@ export const section = (r: KafkaResult): string => {
     `CPU: this process's, per message, while timed.\n\n` +
     r.forward.map((f) => `Over ${keysText(f.keys)}:\n\n${forwardTable(f, r.claimBatch)}`).join("\n\n") +
     `\n\nConsume: ${count(r.messages)} records (over ${keysText(r.consume.keys)}) read from a topic's start by a ` +
-    `fresh consumer group, from the first record handled until the group's committed offsets reach the topic's end; ` +
+    `fresh consumer group (the raw consumer: ${rawConsumeFactor} times as many), from the first record handled ` +
+    `until the group's committed offsets reach the topic's end; ` +
     `our worker (\`fromTransport: "kafka"\`, ${label(r.consume.settings)}) with an idempotent handler ` +
     `(\`PgIdempotencyStore\`: a PostgreSQL transaction per message) and with a plain one, against a plain ` +
     `\`Consumer\` committing what it read, one commit in flight at a time.\n\n` +
