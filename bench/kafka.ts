@@ -19,13 +19,20 @@ import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { Admin, compatibilityPartitioner, Consumer, ProduceAcks, Producer } from "@platformatic/kafka"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Redacted from "effect/Redacted"
+import * as fs from "node:fs"
+import * as inspector from "node:inspector/promises"
+import * as path from "node:path"
+import pg from "pg"
 import { v7 as uuidv7 } from "uuid"
+import { resend } from "../src/domain/Envelope.js"
+import * as Headers from "../src/domain/Headers.js"
 import * as Message from "../src/domain/Message.js"
 import * as AmqpTransport from "../src/layers/amqp/AmqpTransport.js"
 import * as KafkaTransport from "../src/layers/kafka/KafkaTransport.js"
@@ -37,32 +44,51 @@ import * as Forwarder from "../src/programs/Forwarder.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
+import { Transport } from "../src/services/Transport.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
 import { ensureKafka, kafkaVersion } from "../test/support/kafka.js"
 import { ensureBroker } from "../test/support/rabbitmq.js"
 import { freshDatabase, settle, withClient } from "./cluster.js"
 import { BenchNoop, keyOf, queue, sleep, table, withDeadline } from "./common.js"
 import { type Percentiles, percentiles } from "./latency.js"
+import { claimSql } from "./raw.js"
 import { rate, ratio, summarize, type Summary, table as markdownTable } from "./stats.js"
 
 export interface KafkaOptions {
   /** Forward and consume: messages per round. */
   readonly messages: number
-  /** Ordering keys the messages are spread over (message n on key `k${n % keys}`). */
-  readonly keys: number
+  /**
+   * The forward runs: the ordering keys their messages are spread over (message n on key `k${n % keys}`; 0: no
+   * keys). The first is the headline (and the consume and latency runs' keys).
+   */
+  readonly keys: ReadonlyArray<number>
   readonly rounds: number
   /** Unmeasured messages each contender handles first in its process (JIT, connections). */
   readonly warmup: number
+  /** Records produced once before the first round, so that the broker's JVM has compiled its produce path. */
+  readonly brokerWarmup: number
   /** Forwarder settings tried (batchSize × concurrency); the best is compared with the raw limit. */
   readonly grid: ReadonlyArray<WorkerSettings>
-  /** Raw producer: records per `send`, and sends in flight at once (each its own lane). */
+  /**
+   * Raw producer: records per `send`, and sends in flight at once (each its own lane). More than one in flight makes
+   * the client's idempotent producer fail with OUT_OF_ORDER_SEQUENCE_NUMBER (@platformatic/kafka 1.35: 4 sends of 500).
+   */
   readonly rawSettings: ReadonlyArray<RawSettings>
+  /** The batch of the one-send-per-claim bound and of the raw relay. */
+  readonly claimBatch: number
   /** Consumers' worker settings. */
   readonly consume: WorkerSettings
   /** Latency: messages per second, seconds measured (after a warm-up of `latencyWarmupSeconds`). */
   readonly latencyRate: number
   readonly latencySeconds: number
   readonly latencyWarmupSeconds: number
+}
+
+/** One forward or consume run's messages: message n on key `k${n % keys}` (0: no keys), after `warmup` unmeasured. */
+export interface Sizes {
+  readonly messages: number
+  readonly keys: number
+  readonly warmup: number
 }
 
 export interface WorkerSettings {
@@ -75,18 +101,37 @@ export interface RawSettings {
   readonly inFlight: number
 }
 
+/** Messages/s over rounds, and this process's CPU µs per message (median over rounds). */
+export interface Figure {
+  readonly rates: Summary
+  readonly cpuUs: number
+}
+
+/** The forward runs over one key count. */
+export interface ForwardResult {
+  readonly keys: number
+  /** Forwarder into Kafka per setting. */
+  readonly grid: ReadonlyArray<Figure & { readonly settings: WorkerSettings }>
+  readonly best: WorkerSettings
+  /** The library's transports, one send per claimed batch, no worker. */
+  readonly batched: Figure
+  /** The transport's claim function and a plain producer, no library. */
+  readonly relay: Figure
+  readonly raw: ReadonlyArray<Figure & { readonly settings: RawSettings }>
+  readonly rawBest: RawSettings
+  /** The forwarder into RabbitMQ with `best`. */
+  readonly amqp: Figure
+}
+
 export interface KafkaResult {
   readonly version: string
   readonly messages: number
-  readonly keys: number
+  readonly warmup: number
   readonly rounds: number
-  /** Forwarder into Kafka per setting, messages/s over rounds. */
-  readonly grid: ReadonlyArray<{ readonly settings: WorkerSettings; readonly rates: Summary }>
-  readonly best: WorkerSettings
-  readonly raw: ReadonlyArray<{ readonly settings: RawSettings; readonly rates: Summary }>
-  readonly rawBest: RawSettings
-  readonly amqp: Summary
+  readonly claimBatch: number
+  readonly forward: ReadonlyArray<ForwardResult>
   readonly consume: {
+    readonly keys: number
     readonly settings: WorkerSettings
     readonly idempotent: Summary
     readonly plain: Summary
@@ -95,6 +140,7 @@ export interface KafkaResult {
   readonly latency: ReadonlyArray<{ readonly label: string; readonly ms: Percentiles }>
   readonly latencyRate: number
   readonly latencySeconds: number
+  readonly latencyKeys: number
   /** Records found in the forward topics beyond those forwarded (redelivered duplicates), over all rounds. */
   readonly duplicates: number
 }
@@ -105,6 +151,9 @@ let names = 0
 const unique = (prefix: string) => `bench-${prefix}-${process.pid}-${++names}`
 
 const partitions = 3
+
+/** The raw consumer reads this many times the others' records. */
+const rawConsumeFactor = 10
 
 /** The headers the forwarder writes for a BenchNoop (`Forwarder.forwardedHeaders`, encoded). */
 const storedHeaders = `{"type":"BenchNoop"}`
@@ -117,7 +166,7 @@ const recordsOf = (topic: string, from: number, to: number, keys: number) => {
   for (let n = from; n <= to; n++) {
     records[n - from] = {
       topic,
-      key: Buffer.from(keyOf(n, keys)),
+      ...(keys > 0 ? { key: Buffer.from(keyOf(n, keys)) } : {}),
       value: Buffer.from(bodyOf(n)),
       headers: new Map([
         [Buffer.from("id"), Buffer.from(uuidv7())],
@@ -171,9 +220,9 @@ const committedAt = async (bootstrap: string, group: string, topic: string, ends
 // ---------------------------------------------------------------------------------------------------
 // Stacks
 
-type Target = "kafka" | "amqp"
+export type Target = "kafka" | "amqp"
 
-interface Brokers {
+export interface Brokers {
   readonly kafka: string
   readonly amqp: string
 }
@@ -224,7 +273,9 @@ const seedKeyed = (from: number, to: number, keys: number) =>
     const outbox = yield* Outbox.Outbox
     for (let lo = from; lo <= to; lo += 1_000) {
       const batch: Array<BenchNoop> = []
-      for (let n = lo; n <= Math.min(to, lo + 999); n++) batch.push(new KeyedBenchNoop(n, keyOf(n, keys)))
+      for (let n = lo; n <= Math.min(to, lo + 999); n++) {
+        batch.push(keys > 0 ? new KeyedBenchNoop(n, keyOf(n, keys)) : new BenchNoop({ n }))
+      }
       yield* sql.withTransaction(outbox.dispatchAll(batch))
     }
   })
@@ -236,18 +287,47 @@ interface ForwardRound {
   readonly perSecond: number
   /** Records in the target beyond those forwarded (Kafka only). */
   readonly duplicates: number
+  /** This process's CPU time per message while timed, µs. */
+  readonly cpuUs: number
+}
+
+let profiles = 0
+
+/**
+ * Times `f`: messages/s for `messages`, and this process's CPU µs per message meanwhile. With
+ * `KAFKA_BENCH_PROFILE=<dir>`, a CPU profile of the timed part goes there (`<n>.cpuprofile`).
+ */
+const timed = async (messages: number, f: () => Promise<unknown>) => {
+  const dir = process.env["KAFKA_BENCH_PROFILE"]
+  const session = dir === undefined || dir === "" ? undefined : new inspector.Session()
+  if (session !== undefined) {
+    session.connect()
+    await session.post("Profiler.enable")
+    await session.post("Profiler.start")
+  }
+  const cpu = process.cpuUsage()
+  const t0 = performance.now()
+  await f()
+  const seconds = (performance.now() - t0) / 1000
+  const used = process.cpuUsage(cpu)
+  if (session !== undefined) {
+    const { profile } = await session.post("Profiler.stop")
+    fs.writeFileSync(path.join(dir!, `${++profiles}.cpuprofile`), JSON.stringify(profile))
+    session.disconnect()
+  }
+  return { perSecond: messages / seconds, cpuUs: (used.user + used.system) / messages }
 }
 
 /**
  * One forwarder round on a fresh database and topic: `warmup` messages forwarded first (not timed), then `messages`
  * committed, the tables settled, and the worker timed from its start until the outbox is empty.
  */
-const forwardOurs = async (
+export const forwardOurs = async (
   adminUrl: string,
   brokers: Brokers,
   target: Target,
   settings: WorkerSettings,
-  o: Pick<KafkaOptions, "messages" | "keys" | "warmup">
+  o: Sizes
 ): Promise<ForwardRound> => {
   const db = await freshDatabase(adminUrl, `kafka_fwd_${target}`)
   const name = unique(`fwd-${target}`)
@@ -268,25 +348,177 @@ const forwardOurs = async (
     }
     await runtime.runPromise(quiet(seedKeyed(o.warmup + 1, o.warmup + o.messages, o.keys)))
     await settle(db.url)
-    const t0 = performance.now()
-    await runtime.runPromise(quiet(drain))
-    const seconds = (performance.now() - t0) / 1000
+    const time = await timed(o.messages, () => runtime.runPromise(quiet(drain)))
     const left = await withClient(db.url, (c) => c.query<{ n: string }>(`SELECT count(*) AS n FROM "${table}"`))
     if (Number(left.rows[0]!.n) !== 0) throw new Error(`the forwarder left ${left.rows[0]!.n} messages`)
     const written = target === "kafka" ? total(await endOffsets(brokers.kafka, name)) : o.warmup + o.messages
     if (written < o.warmup + o.messages) throw new Error(`${written} records in ${name}, expected more`)
-    return { perSecond: o.messages / seconds, duplicates: written - o.warmup - o.messages }
+    return { ...time, duplicates: written - o.warmup - o.messages }
   } finally {
     await runtime.dispose()
     await db.drop()
   }
 }
 
+/**
+ * What one send per claimed batch would give: the library's transports without the worker — a session claims up to
+ * `batchSize` messages from the outbox (the acks of the last batch sent riding on the claim) while the previous batch
+ * is sent to the target in one `Transport.send` (one produce request; a key's messages in claim order), until the
+ * outbox is empty. No handlers, no retries: the bound a batch forwarder could reach.
+ */
+export const forwardBatched = async (
+  adminUrl: string,
+  brokers: Brokers,
+  target: Target,
+  batchSize: number,
+  o: Sizes
+): Promise<ForwardRound & { readonly perSend: number }> => {
+  const db = await freshDatabase(adminUrl, `kafka_batched_${target}`)
+  const name = unique(`batched-${target}`)
+  const runtime = ManagedRuntime.make(stackOf(db.url, target, brokers, name, []))
+  let sends = 0
+  try {
+    const drain = Effect.scoped(Effect.gen(function*() {
+      const transport = yield* Transport
+      const session = yield* transport.open([queue])
+      let acks: ReadonlyArray<string> = []
+      // The send of the previous batch: the next claim runs while it is in flight (as the worker's prefetch).
+      let sending: { readonly fiber: Fiber.RuntimeFiber<void, unknown>; readonly ids: Array<string> } | undefined
+      for (;;) {
+        const { messages } = yield* session.claim(queue, batchSize, acks)
+        acks = []
+        if (sending !== undefined) {
+          yield* Fiber.join(sending.fiber)
+          acks = sending.ids
+          sending = undefined
+        }
+        // Nothing claimed: the outbox is empty, or its free keys all wait for the acks just collected.
+        if (messages.length === 0) {
+          if (acks.length === 0) break
+          continue
+        }
+        const outgoing = messages.map((m) => {
+          const headers = Either.getOrThrow(Headers.decode(m.headers))
+          return resend(m, Forwarder.forwardedHeaders(headers))
+        })
+        sends++
+        sending = { fiber: yield* Effect.fork(transport.send(target, outgoing)), ids: messages.map((m) => m.id) }
+      }
+    }))
+    await runtime.runPromise(quiet(Effect.flatMap(TransportAdmin, (t) => t.setup)))
+    if (o.warmup > 0) {
+      await runtime.runPromise(quiet(seedKeyed(1, o.warmup, o.keys)))
+      await runtime.runPromise(quiet(drain))
+    }
+    await runtime.runPromise(quiet(seedKeyed(o.warmup + 1, o.warmup + o.messages, o.keys)))
+    await settle(db.url)
+    sends = 0
+    const time = await timed(o.messages, () => runtime.runPromise(quiet(drain)))
+    const perSend = o.messages / sends
+    const left = await withClient(db.url, (c) => c.query<{ n: string }>(`SELECT count(*) AS n FROM "${table}"`))
+    if (Number(left.rows[0]!.n) !== 0) throw new Error(`the batched forward left ${left.rows[0]!.n} messages`)
+    const written = target === "kafka" ? total(await endOffsets(brokers.kafka, name)) : o.warmup + o.messages
+    return { ...time, perSend, duplicates: written - o.warmup - o.messages }
+  } finally {
+    await runtime.dispose()
+    await db.drop()
+  }
+}
+
+/**
+ * A raw outbox relay: the transport's claim function (`claimSql` of bench/raw.ts, acks riding on the next claim) on
+ * one `pg` connection, each claimed batch sent by a plain producer (the raw limit's settings) in one `send`, the next
+ * claim running while it is in flight. No library: what the outbox's own PostgreSQL work leaves of the raw limit.
+ */
+export const relayRaw = async (
+  adminUrl: string,
+  bootstrap: string,
+  batchSize: number,
+  o: Sizes
+): Promise<ForwardRound> => {
+  const db = await freshDatabase(adminUrl, "kafka_relay")
+  const topic = unique("relay")
+  await createTopic(bootstrap, topic)
+  const seeding = ManagedRuntime.make(
+    Outbox.layer().pipe(
+      Layer.provideMerge(PgTransport.layer({ table, autoSetup: true })),
+      Layer.provideMerge(PgClient.layer({ url: Redacted.make(db.url), maxConnections: 2 }))
+    )
+  )
+  const producer = new Producer({
+    clientId: "bench-relay",
+    bootstrapBrokers: [bootstrap],
+    idempotent: true,
+    acks: ProduceAcks.ALL,
+    partitioner: compatibilityPartitioner,
+    autocreateTopics: false
+  })
+  const client = new pg.Client({ connectionString: db.url })
+  client.on("error", () => {})
+  try {
+    await seeding.runPromise(quiet(Effect.void))
+    await client.connect()
+    const relay = async () => {
+      let acks: Array<string> = []
+      let sending: { readonly done: Promise<unknown>; readonly ids: Array<string> } | undefined
+      for (;;) {
+        const { rows } = await client.query<RelayRow>(claimSql, [queue, 30_000, batchSize, acks, true, null])
+        acks = []
+        if (sending !== undefined) {
+          await sending.done
+          acks = sending.ids
+          sending = undefined
+        }
+        const claimed = rows.filter((r) => r.id !== null)
+        if (claimed.length === 0) {
+          if (acks.length === 0) break
+          continue
+        }
+        const records = claimed.map((r) => ({
+          topic,
+          value: Buffer.from(r.body),
+          ...(r.ordering_key !== null ? { key: Buffer.from(r.ordering_key) } : {}),
+          headers: new Map([
+            [Buffer.from("id"), Buffer.from(r.message_id)],
+            [Buffer.from("type"), Buffer.from((JSON.parse(r.headers) as { type: string }).type)],
+            [Buffer.from("x-outbox-headers"), Buffer.from(r.headers)]
+          ])
+        }))
+        sending = { done: producer.send({ messages: records }), ids: claimed.map((r) => r.id!) }
+      }
+    }
+    if (o.warmup > 0) {
+      await seeding.runPromise(quiet(seedKeyed(1, o.warmup, o.keys)))
+      await relay()
+    }
+    await seeding.runPromise(quiet(seedKeyed(o.warmup + 1, o.warmup + o.messages, o.keys)))
+    await settle(db.url)
+    const time = await timed(o.messages, relay)
+    const written = total(await endOffsets(bootstrap, topic))
+    const left = await client.query<{ n: string }>(`SELECT count(*) AS n FROM "${table}"`)
+    if (Number(left.rows[0]!.n) !== 0) throw new Error(`the raw relay left ${left.rows[0]!.n} messages`)
+    return { ...time, duplicates: written - o.warmup - o.messages }
+  } finally {
+    await client.end().catch(() => undefined)
+    await producer.close()
+    await seeding.dispose()
+    await db.drop()
+  }
+}
+
+interface RelayRow {
+  readonly id: string | null
+  readonly message_id: string
+  readonly body: string
+  readonly headers: string
+  readonly ordering_key: string | null
+}
+
 /** The raw limit: a plain producer sends the records in batches of `batch`, `inFlight` sends at once. */
-const forwardRaw = async (
+export const forwardRaw = async (
   bootstrap: string,
   settings: RawSettings,
-  o: Pick<KafkaOptions, "messages" | "keys" | "warmup">
+  o: Sizes
 ): Promise<ForwardRound> => {
   const topic = unique("raw")
   await createTopic(bootstrap, topic)
@@ -311,11 +543,9 @@ const forwardRaw = async (
       await Promise.all(Array.from({ length: settings.inFlight }, lane))
     }
     if (o.warmup > 0) await sendAll(1, o.warmup)
-    const t0 = performance.now()
-    await sendAll(o.warmup + 1, o.warmup + o.messages)
-    const seconds = (performance.now() - t0) / 1000
+    const time = await timed(o.messages, () => sendAll(o.warmup + 1, o.warmup + o.messages))
     const written = total(await endOffsets(bootstrap, topic))
-    return { perSecond: o.messages / seconds, duplicates: written - o.warmup - o.messages }
+    return { ...time, duplicates: written - o.warmup - o.messages }
   } finally {
     await producer.close()
   }
@@ -325,7 +555,7 @@ const forwardRaw = async (
 // Consume
 
 /** Writes `messages` records (the forwarder's shape) into a new topic; its end offsets. */
-const fillTopic = async (bootstrap: string, topic: string, messages: number, keys: number) => {
+export const fillTopic = async (bootstrap: string, topic: string, messages: number, keys: number) => {
   await createTopic(bootstrap, topic)
   const producer = new Producer({
     clientId: "bench-fill",
@@ -346,7 +576,7 @@ const fillTopic = async (bootstrap: string, topic: string, messages: number, key
 }
 
 /** Our worker consuming `topic` from its start: from the first handler start until every offset is committed. */
-const consumeOurs = async (
+export const consumeOurs = async (
   adminUrl: string,
   bootstrap: string,
   topic: string,
@@ -375,7 +605,9 @@ const consumeOurs = async (
         KafkaTransport.make({ brokers: bootstrap, groupId: prefix, transports: { kafka: { topic } } })
       )
     ),
-    Layer.provideMerge(PgClient.layer({ url: Redacted.make(db.url), maxConnections: settings.concurrency + 4 }))
+    Layer.provideMerge(
+      PgClient.layer({ url: Redacted.make(db.url), maxConnections: Math.min(40, settings.concurrency + 4) })
+    )
   )
   const runtime = ManagedRuntime.make(layer)
   try {
@@ -395,7 +627,7 @@ const consumeOurs = async (
 }
 
 /** The raw limit: a plain consumer reading `topic` from its start, committing what it read as fast as it can. */
-const consumeRaw = async (bootstrap: string, topic: string, ends: ReadonlyArray<bigint>): Promise<number> => {
+export const consumeRaw = async (bootstrap: string, topic: string, ends: ReadonlyArray<bigint>): Promise<number> => {
   const group = unique("raw-consume")
   const consumer = new Consumer<Buffer, Buffer, Buffer, Buffer>({
     clientId: "bench-raw-consumer",
@@ -447,16 +679,17 @@ const consumeRaw = async (bootstrap: string, topic: string, ends: ReadonlyArray<
  * A forwarder (outbox → target) and a consumer of the target running in one process, while messages are committed
  * one at a time at `rate` per second; commit returning → the consumer's handler start, ms (after the warm-up).
  */
-const latency = async (
+export const latency = async (
   adminUrl: string,
   brokers: Brokers,
   target: Target,
-  o: Pick<KafkaOptions, "keys" | "latencyRate" | "latencySeconds" | "latencyWarmupSeconds">
-): Promise<ReadonlyArray<number>> => {
+  o: Pick<KafkaOptions, "latencyRate" | "latencySeconds" | "latencyWarmupSeconds"> & { readonly keys: number }
+): Promise<{ readonly handled: ReadonlyArray<number>; readonly forwarded: ReadonlyArray<number> }> => {
   const db = await freshDatabase(adminUrl, `kafka_latency_${target}`)
   const name = unique(`lat-${target}`)
   const committed = new Map<number, number>()
   const samples: Array<number> = []
+  const forwarded: Array<number> = []
   const warmup = Math.round(o.latencyRate * o.latencyWarmupSeconds)
   const count = warmup + Math.round(o.latencyRate * o.latencySeconds)
   let handled = 0
@@ -468,9 +701,18 @@ const latency = async (
       if (c !== undefined && m.n > warmup) samples.push(t - c)
       if (++handled >= count) allHandled?.()
     }), { fromTransport: target, idempotent: true })
-  const runtime = ManagedRuntime.make(
-    stackOf(db.url, target, brokers, name, [...Forwarder.handlers([BenchNoop], { to: target }), consumer])
+  // `Forwarder.handler`'s own body (`Forwarder.forward`), timed when the broker acknowledged the record.
+  const forwarder = Handlers.handler(
+    BenchNoop,
+    (m, envelope) =>
+      Effect.tap(Forwarder.forward(envelope, { to: target }), () =>
+        Effect.sync(() => {
+          const c = committed.get(m.n)
+          if (c !== undefined && m.n > warmup) forwarded.push(performance.now() - c)
+        })),
+    { fromTransport: queue, name: `forward:BenchNoop->${target}` }
   )
+  const runtime = ManagedRuntime.make(stackOf(db.url, target, brokers, name, [forwarder, consumer]))
   try {
     await runtime.runPromise(quiet(Effect.flatMap(TransportAdmin, (t) => t.setup)))
     const workers = runtime.runFork(quiet(Effect.all([
@@ -494,7 +736,7 @@ const latency = async (
     }
     await withDeadline(finished, 60_000, `latency ${target}: every message handled`)
     await runtime.runPromise(Fiber.interrupt(workers))
-    return samples
+    return { handled: samples, forwarded }
   } finally {
     await runtime.dispose()
     await db.drop()
@@ -507,93 +749,143 @@ const latency = async (
 const label = (s: WorkerSettings) => `batch ${s.batchSize}, concurrency ${s.concurrency}`
 const rawLabel = (s: RawSettings) => `${s.batch} records a send, ${s.inFlight} in flight`
 
+const figure = (rounds: ReadonlyArray<ForwardRound>): Figure => ({
+  rates: summarize(rounds.map((r) => r.perSecond)),
+  cpuUs: summarize(rounds.map((r) => r.cpuUs)).median
+})
+
+const bestBy = <A extends Figure>(figures: ReadonlyArray<A>): A =>
+  figures.reduce((a, b) => (b.rates.median > a.rates.median ? b : a))
+
+/** The forward runs over `keys` keys: every contender once per round, the order reversed every other round. */
+const runForward = async (
+  pgAdminUrl: string,
+  brokers: Brokers,
+  keys: number,
+  o: KafkaOptions,
+  log: (line: string) => void,
+  counted: (duplicates: number) => void
+): Promise<ForwardResult> => {
+  const sizes = { messages: o.messages, keys, warmup: o.warmup }
+  const grid = o.grid.map(() => [] as Array<ForwardRound>)
+  const raw = o.rawSettings.map(() => [] as Array<ForwardRound>)
+  const batched: Array<ForwardRound> = []
+  const relay: Array<ForwardRound> = []
+  const keyed = keys > 0 ? `${keys} keys` : "no keys"
+  const show = (at: string, what: string, r: ForwardRound) => {
+    counted(r.duplicates)
+    log(`${at}  forward, ${keyed}: ${what}: ${rate(r.perSecond)} msg/s, ${r.cpuUs.toFixed(0)} µs CPU a message`)
+  }
+  for (let round = 0; round < o.rounds; round++) {
+    const at = `kafka round ${round + 1}/${o.rounds}`
+    const steps: Array<() => Promise<void>> = [
+      async () => {
+        for (const [i, settings] of o.rawSettings.entries()) {
+          const r = await forwardRaw(brokers.kafka, settings, sizes)
+          raw[i]!.push(r)
+          show(at, `raw producer (${rawLabel(settings)})`, r)
+        }
+      },
+      async () => {
+        const r = await relayRaw(pgAdminUrl, brokers.kafka, o.claimBatch, sizes)
+        relay.push(r)
+        show(at, `raw relay (claim ${o.claimBatch})`, r)
+      },
+      async () => {
+        const r = await forwardBatched(pgAdminUrl, brokers, "kafka", o.claimBatch, sizes)
+        batched.push(r)
+        show(at, `one send per claim (${o.claimBatch})`, r)
+      },
+      async () => {
+        for (const [i, settings] of o.grid.entries()) {
+          const r = await forwardOurs(pgAdminUrl, brokers, "kafka", settings, sizes)
+          grid[i]!.push(r)
+          show(at, `ours → Kafka (${label(settings)})`, r)
+        }
+      }
+    ]
+    // Alternate the order, so that drift of the machine does not always hit the same contender.
+    for (const step of round % 2 === 0 ? steps : [...steps].reverse()) await step()
+  }
+  const gridFigures = o.grid.map((settings, i) => ({ settings, ...figure(grid[i]!) }))
+  const best = bestBy(gridFigures).settings
+  const amqp: Array<ForwardRound> = []
+  for (let round = 0; round < o.rounds; round++) {
+    const r = await forwardOurs(pgAdminUrl, brokers, "amqp", best, sizes)
+    amqp.push(r)
+    show(`kafka round ${round + 1}/${o.rounds}`, `ours → RabbitMQ (${label(best)})`, r)
+  }
+  const rawFigures = o.rawSettings.map((settings, i) => ({ settings, ...figure(raw[i]!) }))
+  return {
+    keys,
+    grid: gridFigures,
+    best,
+    batched: figure(batched),
+    relay: figure(relay),
+    raw: rawFigures,
+    rawBest: bestBy(rawFigures).settings,
+    amqp: figure(amqp)
+  }
+}
+
 /** Runs the scenario on the run's PostgreSQL (`pgAdminUrl`), a Kafka broker and a RabbitMQ broker it starts. */
 export const run = async (pgAdminUrl: string, o: KafkaOptions, log: (line: string) => void): Promise<KafkaResult> => {
   log("kafka: starting Apache Kafka (or KAFKA_BOOTSTRAP) and RabbitMQ (or AMQP_URL)")
   const [kafka, rabbit] = await Promise.all([ensureKafka(), ensureBroker()])
   const brokers: Brokers = { kafka: kafka.bootstrap, amqp: rabbit.url }
   try {
-    const sizes = { messages: o.messages, keys: o.keys, warmup: o.warmup }
-    const grid = o.grid.map(() => [] as Array<number>)
-    const raw = o.rawSettings.map(() => [] as Array<number>)
-    const amqp: Array<number> = []
-    const consume = { idempotent: [] as Array<number>, plain: [] as Array<number>, raw: [] as Array<number> }
+    log(`kafka: warming the broker up (${count(o.brokerWarmup)} records)`)
+    await fillTopic(brokers.kafka, unique("warmup"), o.brokerWarmup, 200)
     let duplicates = 0
-    for (let round = 0; round < o.rounds; round++) {
-      const at = `kafka round ${round + 1}/${o.rounds}`
-      // Alternate the order, so that drift of the machine does not always hit the same contender.
-      const flip = round % 2 === 1
-      const rawFirst = async () => {
-        for (const [i, s] of o.rawSettings.entries()) {
-          const r = await forwardRaw(brokers.kafka, s, sizes)
-          raw[i]!.push(r.perSecond)
-          duplicates += r.duplicates
-          log(`${at}  forward raw (${rawLabel(s)}): ${rate(r.perSecond)} msg/s`)
-        }
-      }
-      const oursAll = async () => {
-        for (const [i, s] of (flip ? [...o.grid.entries()].reverse() : [...o.grid.entries()])) {
-          const r = await forwardOurs(pgAdminUrl, brokers, "kafka", s, sizes)
-          grid[i]!.push(r.perSecond)
-          duplicates += r.duplicates
-          log(`${at}  forward ours → Kafka (${label(s)}): ${rate(r.perSecond)} msg/s`)
-        }
-      }
-      if (flip) {
-        await oursAll()
-        await rawFirst()
-      } else {
-        await rawFirst()
-        await oursAll()
-      }
+    const forward: Array<ForwardResult> = []
+    for (const keys of o.keys) {
+      forward.push(await runForward(pgAdminUrl, brokers, keys, o, log, (d) => (duplicates += d)))
     }
-    const gridRates = o.grid.map((settings, i) => ({ settings, rates: summarize(grid[i]!) }))
-    const best = gridRates.reduce((a, b) => (b.rates.median > a.rates.median ? b : a)).settings
-    for (let round = 0; round < o.rounds; round++) {
-      const at = `kafka round ${round + 1}/${o.rounds}`
-      const r = await forwardOurs(pgAdminUrl, brokers, "amqp", best, sizes)
-      amqp.push(r.perSecond)
-      log(`${at}  forward ours → RabbitMQ (${label(best)}): ${rate(r.perSecond)} msg/s`)
-    }
+    const keys = o.keys[0]!
+    const consume = { idempotent: [] as Array<number>, plain: [] as Array<number>, raw: [] as Array<number> }
     for (let round = 0; round < o.rounds; round++) {
       const at = `kafka round ${round + 1}/${o.rounds}`
       const topic = unique("consume")
-      const ends = await fillTopic(brokers.kafka, topic, o.messages, o.keys)
+      const ends = await fillTopic(brokers.kafka, topic, o.messages, keys)
+      // The raw consumer reads its share in tens of milliseconds: it reads more records, so its figure is not noise.
+      const rawTopic = unique("consume-raw")
+      const rawEnds = await fillTopic(brokers.kafka, rawTopic, o.messages * rawConsumeFactor, keys)
       const order = ["raw", "idempotent", "plain"] as const
       for (const who of round % 2 === 0 ? order : [...order].reverse()) {
         const perSecond = who === "raw"
-          ? await consumeRaw(brokers.kafka, topic, ends)
+          ? await consumeRaw(brokers.kafka, rawTopic, rawEnds)
           : await consumeOurs(pgAdminUrl, brokers.kafka, topic, ends, who === "idempotent", o.consume)
         consume[who].push(perSecond)
         log(`${at}  consume ${who}: ${rate(perSecond)} msg/s`)
       }
     }
     log(`kafka: latency at ${o.latencyRate} msg/s for ${o.latencySeconds} s, through Kafka then RabbitMQ`)
-    const viaKafka = await latency(pgAdminUrl, brokers, "kafka", { ...o })
-    const viaAmqp = await latency(pgAdminUrl, brokers, "amqp", { ...o })
-    const rawRates = o.rawSettings.map((settings, i) => ({ settings, rates: summarize(raw[i]!) }))
+    const sizes = { ...o, keys }
+    const viaKafka = await latency(pgAdminUrl, brokers, "kafka", sizes)
+    const viaAmqp = await latency(pgAdminUrl, brokers, "amqp", sizes)
     return {
       version: kafkaVersion,
       messages: o.messages,
-      keys: o.keys,
+      warmup: o.warmup,
       rounds: o.rounds,
-      grid: gridRates,
-      best,
-      raw: rawRates,
-      rawBest: rawRates.reduce((a, b) => (b.rates.median > a.rates.median ? b : a)).settings,
-      amqp: summarize(amqp),
+      claimBatch: o.claimBatch,
+      forward,
       consume: {
+        keys,
         settings: o.consume,
         idempotent: summarize(consume.idempotent),
         plain: summarize(consume.plain),
         raw: summarize(consume.raw)
       },
       latency: [
-        { label: "outbox → Kafka → Kafka consumer", ms: percentiles(viaKafka) },
-        { label: "outbox → RabbitMQ → AMQP consumer", ms: percentiles(viaAmqp) }
+        { label: "Kafka: commit → the consumer's handler", ms: percentiles(viaKafka.handled) },
+        { label: "Kafka: commit → forwarded (broker ack)", ms: percentiles(viaKafka.forwarded) },
+        { label: "RabbitMQ: commit → the consumer's handler", ms: percentiles(viaAmqp.handled) },
+        { label: "RabbitMQ: commit → forwarded (broker confirm)", ms: percentiles(viaAmqp.forwarded) }
       ],
       latencyRate: o.latencyRate,
       latencySeconds: o.latencySeconds,
+      latencyKeys: keys,
       duplicates
     }
   } finally {
@@ -607,79 +899,110 @@ export const run = async (pgAdminUrl: string, o: KafkaOptions, log: (line: strin
 const ms = (value: number) => (Number.isFinite(value) ? value.toFixed(1) : "–")
 const count = (n: number) => n.toLocaleString("en-US")
 
-const rawOf = (r: KafkaResult) =>
-  r.raw.find((x) => x.settings.batch === r.rawBest.batch && x.settings.inFlight === r.rawBest.inFlight)!.rates
-const bestOf = (r: KafkaResult) =>
-  r.grid.find((x) => x.settings.batchSize === r.best.batchSize && x.settings.concurrency === r.best.concurrency)!
-    .rates
+const rawOf = (f: ForwardResult) =>
+  f.raw.find((x) => x.settings.batch === f.rawBest.batch && x.settings.inFlight === f.rawBest.inFlight)!
+const bestOf = (f: ForwardResult) =>
+  f.grid.find((x) => x.settings.batchSize === f.best.batchSize && x.settings.concurrency === f.best.concurrency)!
 
-/** The rows of the Targets table. */
+/** The rows of the Targets table: the headline key count's forward rate against the raw producer. */
 export const targets = (r: KafkaResult) => {
-  const value = bestOf(r).median / rawOf(r).median
+  const f = r.forward[0]!
+  const value = bestOf(f).rates.median / rawOf(f).rates.median
   return [{
-    name: "Kafka: forward rate ÷ raw producer",
+    name: `Kafka: forward rate ÷ raw producer (${keysText(f.keys)})`,
     value: ratio(value),
     goal: "≥ 0.80×",
     met: Number.isFinite(value) ? value >= 0.8 : undefined
   }]
 }
 
+const keysText = (keys: number) => (keys > 0 ? `${count(keys)} keys` : "no keys")
+
+const forwardTable = (f: ForwardResult, claimBatch: number): string => {
+  const raw = rawOf(f).rates.median
+  const relay = f.relay.rates.median
+  const row = (name: string, x: Figure) => [
+    name,
+    rate(x.rates.median),
+    `${rate(x.rates.min)} – ${rate(x.rates.max)}`,
+    ratio(x.rates.median / raw),
+    ratio(x.rates.median / relay),
+    x.cpuUs.toFixed(0)
+  ]
+  return markdownTable(
+    ["contender", "msg/s (median)", "min – max", "÷ raw producer", "÷ raw relay", "CPU µs/msg"],
+    [
+      row(`effect-outbox → Kafka, \`Forwarder.handlers\` (${label(f.best)})`, bestOf(f)),
+      row(`effect-outbox transports, one send per claim of ${claimBatch} (no worker)`, f.batched),
+      row(`raw relay: claim function (${claimBatch}) + raw producer`, f.relay),
+      row(`raw producer (${rawLabel(f.rawBest)})`, rawOf(f)),
+      row(`effect-outbox → RabbitMQ, \`Forwarder.handlers\` (${label(f.best)})`, f.amqp)
+    ],
+    ["l", "r", "r", "r", "r", "r"]
+  ) +
+    `\n\nSettings tried (${keysText(f.keys)}; medians):\n\n` +
+    markdownTable(
+      ["contender", "msg/s", "÷ raw producer", "CPU µs/msg"],
+      [
+        ...f.grid.map((g) => [
+          `forwarder, ${label(g.settings)}`,
+          rate(g.rates.median),
+          ratio(g.rates.median / raw),
+          g.cpuUs.toFixed(0)
+        ]),
+        ...f.raw.map((g) => [
+          `raw producer, ${rawLabel(g.settings)}`,
+          rate(g.rates.median),
+          ratio(g.rates.median / raw),
+          g.cpuUs.toFixed(0)
+        ])
+      ],
+      ["l", "r", "r", "r"]
+    )
+}
+
 /** The Markdown section of BENCHMARKS.md's results. */
 export const section = (r: KafkaResult): string => {
-  const raw = rawOf(r)
-  const best = bestOf(r)
-  const row = (name: string, s: Summary, base: number) => [
+  const plural = r.rounds > 1 ? "s" : ""
+  const consumeRow = (name: string, s: Summary) => [
     name,
     rate(s.median),
-    rate(s.min),
-    rate(s.max),
-    ratio(s.median / base)
+    `${rate(s.min)} – ${rate(s.max)}`,
+    ratio(s.median / r.consume.raw.median)
   ]
-  const plural = r.rounds > 1 ? "s" : ""
   return `### Kafka\n\nApache Kafka ${r.version} (one KRaft node on the same machine, started by the benchmark), ` +
     `the run's PostgreSQL for the outbox, RabbitMQ (Debian's) for the AMQP forwarder. ` +
-    `Forward: ${count(r.messages)} messages over ${count(r.keys)} ordering keys committed in the outbox, then one ` +
-    `worker with \`Forwarder.handlers\` drains them into a topic of ${partitions} partitions — from the worker's ` +
-    `start until the outbox is empty, every record acknowledged by the broker (idempotent producer, \`acks=all\`). ` +
-    `The raw limit is a plain \`@platformatic/kafka\` \`Producer\` with the same settings (idempotent, ` +
-    `\`acks=all\`, Java's partitioner) sending records of the same key, value and headers from memory, in ` +
-    `batches; its best setting is the ratios' base. ${r.rounds} round${plural}, each on a fresh database and topic, ` +
-    `each contender first forwarding unmeasured messages in its process.\n\n` +
-    markdownTable(
-      ["contender", "msg/s (median)", "min", "max", "÷ raw"],
-      [
-        row(`effect-outbox → Kafka (${label(r.best)})`, best, raw.median),
-        row(`raw producer (${rawLabel(r.rawBest)})`, raw, raw.median),
-        row(`effect-outbox → RabbitMQ (${label(r.best)})`, r.amqp, raw.median)
-      ],
-      ["l", "r", "r", "r", "r"]
-    ) +
-    `\n\nForwarder settings (medians):\n\n` +
-    markdownTable(
-      ["worker", "msg/s", "÷ raw"],
-      [
-        ...r.grid.map((g) => [label(g.settings), rate(g.rates.median), ratio(g.rates.median / raw.median)]),
-        ...r.raw.map((g) => [`raw: ${rawLabel(g.settings)}`, rate(g.rates.median), ratio(g.rates.median / raw.median)])
-      ],
-      ["l", "r", "r"]
-    ) +
-    `\n\nConsume: the same ${count(r.messages)} records read from a topic's start by a fresh consumer group, ` +
-    `from the first record handled until the group's committed offsets reach the topic's end; our worker ` +
-    `(\`fromTransport: "kafka"\`, ${label(r.consume.settings)}) with an idempotent handler ` +
+    `Forward: ${count(r.messages)} messages committed in the outbox, then drained into a topic of ${partitions} ` +
+    `partitions — from the start until the outbox is empty, every record acknowledged by the broker (idempotent ` +
+    `producer, \`acks=all\`). Contenders: one worker with \`Forwarder.handlers\` (the best of the settings tried); ` +
+    `the library's transports without the worker, one \`Transport.send\` per claimed batch, the next claim running ` +
+    `while it is in flight (what a batch forwarder could reach); a raw relay — the transport's claim function on one ` +
+    `\`pg\` connection, each batch sent by a plain producer, pipelined the same way; the raw producer — a plain ` +
+    `\`@platformatic/kafka\` \`Producer\` with the same settings (idempotent, \`acks=all\`, Java's partitioner) ` +
+    `sending records of the same key, value and headers from memory, in batches (its best setting is the base); ` +
+    `and the forwarder into RabbitMQ. ${r.rounds} round${plural}, each on a fresh database and topic, each contender ` +
+    `first forwarding ${count(r.warmup)} unmeasured messages in its process; ` +
+    `CPU: this process's, per message, while timed.\n\n` +
+    r.forward.map((f) => `Over ${keysText(f.keys)}:\n\n${forwardTable(f, r.claimBatch)}`).join("\n\n") +
+    `\n\nConsume: ${count(r.messages)} records (over ${keysText(r.consume.keys)}) read from a topic's start by a ` +
+    `fresh consumer group (the raw consumer: ${rawConsumeFactor} times as many), from the first record handled ` +
+    `until the group's committed offsets reach the topic's end; ` +
+    `our worker (\`fromTransport: "kafka"\`, ${label(r.consume.settings)}) with an idempotent handler ` +
     `(\`PgIdempotencyStore\`: a PostgreSQL transaction per message) and with a plain one, against a plain ` +
     `\`Consumer\` committing what it read, one commit in flight at a time.\n\n` +
     markdownTable(
-      ["consumer", "msg/s (median)", "min", "max", "÷ raw"],
+      ["consumer", "msg/s (median)", "min – max", "÷ raw"],
       [
-        row("effect-outbox, idempotent handler", r.consume.idempotent, r.consume.raw.median),
-        row("effect-outbox, plain handler", r.consume.plain, r.consume.raw.median),
-        row("raw consumer", r.consume.raw, r.consume.raw.median)
+        consumeRow("effect-outbox, idempotent handler", r.consume.idempotent),
+        consumeRow("effect-outbox, plain handler", r.consume.plain),
+        consumeRow("raw consumer", r.consume.raw)
       ],
-      ["l", "r", "r", "r", "r"]
+      ["l", "r", "r", "r"]
     ) +
     `\n\nLatency: a forwarder (batch 50, concurrency 50) and a consumer (the same, idempotent handler) running in ` +
-    `one process while messages are committed one at a time at ${r.latencyRate} a second for ` +
-    `${r.latencySeconds} s (after a warm-up); from COMMIT returning to the consumer's handler start, ms.\n\n` +
+    `one process while messages (over ${keysText(r.latencyKeys)}) are committed one at a time at ${r.latencyRate} ` +
+    `a second for ${r.latencySeconds} s (after a warm-up); from COMMIT returning to the consumer's handler start, ` +
+    `and to the forward's broker acknowledgement, ms.\n\n` +
     markdownTable(
       ["path", "n", "p50", "p95", "p99", "max"],
       r.latency.map((l) => [l.label, String(l.ms.count), ms(l.ms.p50), ms(l.ms.p95), ms(l.ms.p99), ms(l.ms.max)]),
