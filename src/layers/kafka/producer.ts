@@ -85,12 +85,18 @@ export const make = (client: ClientOptions): Effect.Effect<KafkaProducer, never,
             batch[0]!.done(error, [])
             return settle()
           }
-          Promise.all(batch.map((p) =>
-            get().send({ messages: p.records as Array<Record> }).then(
-              (result) => p.done(undefined, result.offsets ?? []),
-              (e: unknown) => p.done(e, [])
-            )
-          )).finally(settle)
+          // One caller after the other: concurrent sends of the idempotent producer break its sequence numbers
+          // (OUT_OF_ORDER_SEQUENCE_NUMBER), which would fail every caller of the group, not only the bad one.
+          batch.reduce(
+            (previous, p) =>
+              previous.then(() =>
+                get().send({ messages: p.records as Array<Record> }).then(
+                  (result) => p.done(undefined, result.offsets ?? []),
+                  (e: unknown) => p.done(e, [])
+                )
+              ),
+            Promise.resolve()
+          ).finally(settle)
         }
       )
     }
