@@ -70,8 +70,9 @@ export interface KafkaOptions {
   /** Forwarder settings tried (batchSize × concurrency); the best is compared with the raw limit. */
   readonly grid: ReadonlyArray<WorkerSettings>
   /**
-   * Raw producer: records per `send`, and sends in flight at once (each its own lane). More than one in flight makes
-   * the client's idempotent producer fail with OUT_OF_ORDER_SEQUENCE_NUMBER (@platformatic/kafka 1.35: 4 sends of 500).
+   * Raw producer: records per `send`, and sends in flight at once (each its own lane). Keep 1: concurrent sends of the
+   * client's idempotent producer fail with OUT_OF_ORDER_SEQUENCE_NUMBER, or are acknowledged and not written
+   * (@platformatic/kafka 1.35; see the Kafka producer's tests).
    */
   readonly rawSettings: ReadonlyArray<RawSettings>
   /** The batch of the one-send-per-claim bound and of the raw relay. */

@@ -437,6 +437,38 @@ describe("Kafka transport", () => {
   )
 
   it.live(
+    "sends that went out together and were refused for one of them: the others are sent again, and every one acknowledged is written",
+    () =>
+      Effect.gen(function*() {
+        const prefix = uniqueName("group")
+        const transport = yield* KafkaTransport.make({
+          brokers: kafkaBootstrap(),
+          transports: { orders: { topic: `${prefix}.orders` }, ghost: { topic: `${prefix}.ghost` } }
+        })
+        const admin = new Admin({ clientId: "group-test", bootstrapBrokers: [kafkaBootstrap()] })
+        yield* Effect.promise(() => admin.createTopics({ topics: [`${prefix}.orders`], partitions: 3, replicas: 1 }))
+        yield* Effect.promise(() => admin.close())
+        yield* transport.send("orders", [orderPaid(0, "warm")])
+        // The first send goes alone; the 30 after it wait for it, then go out together — with the one to the
+        // topic that does not exist, which has the broker refuse the whole request.
+        const sends = Array.from({ length: 30 }, (_, i) =>
+          Effect.either(
+            i === 7
+              ? transport.send("ghost", [orderPaid(i)])
+              : transport.send("orders", Array.from({ length: 50 }, (_, j) => orderPaid(i * 100 + j, `k${j}`)))
+          ))
+        const results = yield* Effect.all([Effect.either(transport.send("orders", [orderPaid(1)])), ...sends], {
+          concurrency: "unbounded"
+        })
+        const failed = results.flatMap((r) => (r._tag === "Left" ? [r.left._tag] : []))
+        expect(failed).toEqual(["StorageNotReadyError"])
+        // Sent again all at once, the client's idempotent producer acknowledged 1 400 of these records and wrote 50.
+        expect((yield* transport.stats("orders")).ready).toBe(2 + 29 * 50)
+      }).pipe(Effect.scoped, quiet),
+    60_000
+  )
+
+  it.live(
     "SASL/SCRAM: sends and consumes with SCRAM-SHA-256 and -512; a wrong password is a TransportError, not a hang",
     () =>
       Effect.gen(function*() {
