@@ -13,7 +13,7 @@
  *
  * @internal
  */
-import { Consumer, type MessagesStream } from "@platformatic/kafka"
+import { Consumer, ListOffsetTimestamps, type MessagesStream } from "@platformatic/kafka"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -23,6 +23,9 @@ import type { TransportError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import { type Consumed, errorText, toReceived, transportError } from "./codec.js"
 import type { ClientOptions, ResolvedTransport } from "./options.js"
+
+/** `listOffsets`' timestamp for a partition's first offset. */
+const earliest = ListOffsetTimestamps.EARLIEST
 
 /** A fetched record and where it stands. */
 interface Held {
@@ -39,8 +42,14 @@ interface PartitionState {
   readonly topic: string
   readonly partition: number
   readonly records: Array<Held>
-  /** The offset after the last record received (-1 before the first): a record below it is already held. */
+  /**
+   * The offset after the last record received, from the group's committed offset on: a record below it is already
+   * held, one above it is after a gap. Unknown (-1) until the member read the partition's committed offset.
+   */
   next: bigint
+  /** A gap met at `next` (-1: none), and the first offset after it: met again after a fetch from `next`, it is real. */
+  gapAt: bigint
+  gapFirst: bigint
   /** The offset last committed by this member (-1 when none). */
   committed: bigint
   /** The end of the partition as last known (at the join, or from this process's sends): records up to it exist. */
@@ -157,7 +166,7 @@ export const make = (options: {
       const key = `${topic}:${partition}`
       let state = member.partitions.get(key)
       if (state === undefined) {
-        state = { topic, partition, records: [], next: -1n, committed: -1n, end: -1n }
+        state = { topic, partition, records: [], next: -1n, gapAt: -1n, gapFirst: -1n, committed: -1n, end: -1n }
         member.partitions.set(key, state)
       }
       return state
@@ -184,14 +193,19 @@ export const make = (options: {
       if (assigned.length === 0) return
       member.syncing = Promise.all([
         member.consumer.listOffsets({ topics: [...member.transport.topics] }),
+        member.consumer.listOffsets({ topics: [...member.transport.topics], timestamp: earliest }),
         member.consumer.listCommittedOffsets({ topics: assigned })
-      ]).then(([ends, commits]) => {
+      ]).then(([ends, starts, commits]) => {
         for (const { topic, partitions } of assigned) {
           for (const p of partitions) {
             const state = stateOf(member, topic, p)
             const end = ends.get(topic)?.[p] ?? -1n
             const committed = commits.get(topic)?.[p] ?? -1n
-            if (committed >= 0n && state.next < 0n) state.next = committed
+            if (state.next < 0n) {
+              // Read from the committed offset (the log's start without one), whatever the stream fetched meanwhile.
+              state.next = committed >= 0n ? committed : starts.get(topic)?.[p] ?? 0n
+              member.stream?.offsetsToFetch.set(`${topic}:${p}`, state.next)
+            }
             if (committed > state.committed) state.committed = committed
             if (end > state.end) state.end = end
           }
@@ -199,6 +213,16 @@ export const make = (options: {
       }, (error: unknown) => {
         options.warn(`${member.transport.name}: cannot read the partitions' offsets: ${errorText(error)}`)
       }).finally(() => wake(member.transport.name))
+    }
+
+    /** Whether a record after a gap at `state.next` is the first after it seen twice: read again from `next`, the gap stays. */
+    const realGap = (state: PartitionState, offset: bigint): boolean => {
+      if (state.gapAt === state.next && state.gapFirst === offset) return true
+      if (state.gapAt !== state.next || offset < state.gapFirst) {
+        state.gapAt = state.next
+        state.gapFirst = offset
+      }
+      return false
     }
 
     const join = async (transport: ResolvedTransport): Promise<Member> => {
@@ -247,7 +271,15 @@ export const make = (options: {
         // out of their key's order, and this member would commit its offset past records nobody handled.
         if (!member.owned.has(`${record.topic}:${record.partition}`)) return
         const state = stateOf(member, record.topic, record.partition)
-        if (record.offset < state.next) return
+        // Before its committed offset is known, a partition's records could start past it: read again from there.
+        if (state.next < 0n || record.offset < state.next) return
+        if (record.offset > state.next && !realGap(state, record.offset)) {
+          // A fetch answered after a rebalance can start past the offset the stream was set back to: committing after
+          // its records would skip those before them. The partition is read again from `next`; a gap met again there
+          // is real (compacted records, a transaction's marker).
+          member.stream?.offsetsToFetch.set(`${record.topic}:${record.partition}`, state.next)
+          return
+        }
         state.next = record.offset + 1n
         const id = `${record.topic}:${record.partition}:${record.offset}`
         const message = toReceived(transport.name, id, record)
