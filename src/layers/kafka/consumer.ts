@@ -22,39 +22,13 @@ import type { ReceivedMessage } from "../../domain/Envelope.js"
 import type { TransportError } from "../../domain/Errors.js"
 import * as Headers from "../../domain/Headers.js"
 import { type Consumed, errorText, toReceived, transportError } from "./codec.js"
+import * as Hints from "./hints.js"
 import type { ClientOptions, ResolvedTransport } from "./options.js"
+import * as Partitions from "./partitions.js"
+import type { Held, PartitionState } from "./partitions.js"
 
 /** `listOffsets`' timestamp for a partition's first offset. */
 const earliest = ListOffsetTimestamps.EARLIEST
-
-/** A fetched record and where it stands. */
-interface Held {
-  readonly id: string
-  readonly offset: bigint
-  readonly key: string | undefined
-  readonly record: Consumed
-  message: ReceivedMessage
-  state: "ready" | "claimed" | "done"
-}
-
-/** A partition this member owns: its records from the first one not committed, in offset order. */
-interface PartitionState {
-  readonly topic: string
-  readonly partition: number
-  readonly records: Array<Held>
-  /**
-   * The offset after the last record received, from the group's committed offset on: a record below it is already
-   * held, one above it is after a gap. Unknown (-1) until the member read the partition's committed offset.
-   */
-  next: bigint
-  /** A gap met at `next` (-1: none), and the first offset after it: met again after a fetch from `next`, it is real. */
-  gapAt: bigint
-  gapFirst: bigint
-  /** The offset last committed by this member (-1 when none). */
-  committed: bigint
-  /** The end of the partition as last known (at the join, or from this process's sends): records up to it exist. */
-  end: bigint
-}
 
 /** The consumer-group member of one transport. */
 interface Member {
@@ -135,38 +109,15 @@ export const make = (options: {
     /** Joined members, and the joins under way. */
     const members = new Map<string, Member>()
     const joining = new Map<string, Promise<Member>>()
-    const waiters = new Map<string, Set<() => void>>()
+    const { nextHint, wake } = Hints.make()
     /** Sessions open per transport: at 0 its member leaves its group once nothing it handed out is unsettled. */
     const holding = new Map<string, number>()
-
-    const wake = (name: string) => {
-      const set = waiters.get(name)
-      if (set === undefined) return
-      for (const resolve of [...set]) resolve()
-    }
-
-    /** Resolves at the next hint for `name`, or after `ms`. */
-    const nextHint = (names: ReadonlyArray<string>, ms: number, signal?: { cancel?: () => void }) =>
-      new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer)
-          for (const name of names) waiters.get(name)?.delete(done)
-          resolve()
-        }
-        const timer = setTimeout(done, Math.max(0, ms))
-        for (const name of names) {
-          const set = waiters.get(name) ?? new Set()
-          set.add(done)
-          waiters.set(name, set)
-        }
-        if (signal !== undefined) signal.cancel = done
-      })
 
     const stateOf = (member: Member, topic: string, partition: number): PartitionState => {
       const key = `${topic}:${partition}`
       let state = member.partitions.get(key)
       if (state === undefined) {
-        state = { topic, partition, records: [], next: -1n, gapAt: -1n, gapFirst: -1n, committed: -1n, end: -1n }
+        state = Partitions.make(topic, partition)
         member.partitions.set(key, state)
       }
       return state
@@ -213,16 +164,6 @@ export const make = (options: {
       }, (error: unknown) => {
         options.warn(`${member.transport.name}: cannot read the partitions' offsets: ${errorText(error)}`)
       }).finally(() => wake(member.transport.name))
-    }
-
-    /** Whether a record after a gap at `state.next` is the first after it seen twice: read again from `next`, the gap stays. */
-    const realGap = (state: PartitionState, offset: bigint): boolean => {
-      if (state.gapAt === state.next && state.gapFirst === offset) return true
-      if (state.gapAt !== state.next || offset < state.gapFirst) {
-        state.gapAt = state.next
-        state.gapFirst = offset
-      }
-      return false
     }
 
     const join = async (transport: ResolvedTransport): Promise<Member> => {
@@ -273,7 +214,7 @@ export const make = (options: {
         const state = stateOf(member, record.topic, record.partition)
         // Before its committed offset is known, a partition's records could start past it: read again from there.
         if (state.next < 0n || record.offset < state.next) return
-        if (record.offset > state.next && !realGap(state, record.offset)) {
+        if (record.offset > state.next && !Partitions.realGap(state, record.offset)) {
           // A fetch answered after a rebalance can start past the offset the stream was set back to: committing after
           // its records would skip those before them. The partition is read again from `next`; a gap met again there
           // is real (compacted records, a transaction's marker).
@@ -357,16 +298,7 @@ export const make = (options: {
      * at the next one.
      */
     const commit = async (member: Member): Promise<void> => {
-      const offsets: Array<{ topic: string; partition: number; offset: bigint; leaderEpoch: number }> = []
-      for (const state of member.partitions.values()) {
-        while (state.records.length > 0 && state.records[0]!.state === "done") {
-          member.byId.delete(state.records.shift()!.id)
-        }
-        const target = state.records[0]?.offset ?? state.next
-        if (target > state.committed) {
-          offsets.push({ topic: state.topic, partition: state.partition, offset: target, leaderEpoch: -1 })
-        }
-      }
+      const offsets = Partitions.commitPoints(member.partitions.values(), member.byId)
       if (offsets.length === 0) return
       await member.consumer.commit({ offsets })
       for (const { offset, partition, topic } of offsets) {
@@ -408,38 +340,6 @@ export const make = (options: {
         return Effect.ensuring(commitQuietly(member), Effect.sync(() => leaveIfIdle(member)))
       })
 
-    /** The records a claim may hand out now, oldest first, and when the next one held back becomes due. */
-    const ready = (member: Member, now: number) => {
-      const candidates: Array<Held> = []
-      let nextDue = Number.POSITIVE_INFINITY
-      for (const state of member.partitions.values()) {
-        const blocked = new Set<string>()
-        for (const held of state.records) {
-          if (held.state === "done") continue
-          const free = held.key === undefined || !blocked.has(held.key)
-          if (held.key !== undefined) blocked.add(held.key)
-          if (!free || held.state !== "ready") continue
-          const due = held.message.availableAt.getTime()
-          if (due > now) nextDue = Math.min(nextDue, due)
-          else candidates.push(held)
-        }
-      }
-      candidates.sort((a, b) =>
-        a.message.availableAt.getTime() - b.message.availableAt.getTime() ||
-        a.message.createdAt.getTime() - b.message.createdAt.getTime() ||
-        (a.message.messageId < b.message.messageId ? -1 : a.message.messageId > b.message.messageId ? 1 : 0)
-      )
-      return { candidates, nextDue }
-    }
-
-    /** Whether records known to exist in an owned partition have not arrived yet. */
-    const expecting = (member: Member) => {
-      for (const state of member.partitions.values()) {
-        if (state.end > 0n && state.next < state.end) return true
-      }
-      return false
-    }
-
     const claim: Consumers["claim"] = (transport, batchSize, acks) =>
       Effect.gen(function*() {
         const member = yield* memberOf(transport)
@@ -450,7 +350,7 @@ export const make = (options: {
         const deadline = Date.now() + options.claimWait
         for (;;) {
           const now = Date.now()
-          const { candidates, nextDue } = ready(member, now)
+          const { candidates, nextDue } = Partitions.ready(member.partitions.values(), now)
           if (candidates.length > 0 || now >= deadline || member.failed !== undefined) {
             const messages = candidates.slice(0, batchSize)
             for (const held of messages) held.state = "claimed"
@@ -466,7 +366,7 @@ export const make = (options: {
           const settled = yield* Effect.promise(() =>
             Promise.race([syncing.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 0))])
           )
-          if (settled && !expecting(member)) {
+          if (settled && !Partitions.expecting(member.partitions.values())) {
             return {
               messages: [],
               nextDue: Number.isFinite(nextDue) ? Option.some(Duration.millis(nextDue - now)) : Option.none()
@@ -532,17 +432,6 @@ export const make = (options: {
       }
     }
 
-    const counts: Consumers["counts"] = (name) => {
-      let inFlight = 0
-      let delayed = 0
-      const now = Date.now()
-      for (const held of members.get(name)?.byId.values() ?? []) {
-        if (held.state === "claimed") inFlight++
-        else if (held.state === "ready" && held.message.availableAt.getTime() > now) delayed++
-      }
-      return { inFlight, delayed }
-    }
-
     yield* Effect.addFinalizer(() =>
       Effect.promise(async () => {
         await Promise.all([...joining.values()].map((p) => p.catch(() => undefined)))
@@ -558,6 +447,6 @@ export const make = (options: {
       release,
       produced,
       held: (name, id) => members.get(name)?.byId.get(id)?.record,
-      counts
+      counts: (name) => Partitions.counts(members.get(name)?.byId.values() ?? [], Date.now())
     }
   })
