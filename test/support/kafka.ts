@@ -102,6 +102,17 @@ export const jarsCacheDir = (): string => {
   return path.join(base, "effect-outbox", `kafka-${kafkaVersion}`)
 }
 
+/**
+ * A random cluster id as Kafka writes them: 16 bytes in unpadded base64url. Like Kafka's own `Uuid.randomUuid`, it
+ * never starts with "-": the storage tool would read such an id as an option (one start in 64 failed so).
+ */
+const clusterId = (): string => {
+  for (;;) {
+    const id = randomBytes(16).toString("base64url")
+    if (!id.startsWith("-")) return id
+  }
+}
+
 /** Whether an executable named `name` is on PATH. */
 const onPath = (name: string): boolean =>
   (process.env.PATH ?? "").split(path.delimiter).some((dir) => {
@@ -376,7 +387,7 @@ export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKaf
       Object.entries(properties).map(([key, value]) => `${key}=${value}`).join("\n") + "\n"
     )
     fs.writeFileSync(logConfig, log4j)
-    const cluster = randomBytes(16).toString("base64url").slice(0, 22)
+    const cluster = clusterId()
     await run(`${label} (format)`, "nice", [
       "-n",
       "10",
