@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url"
 import { configDefaults, defineConfig } from "vitest/config"
+import { ensureKafkaClient } from "./test/kafka-client/install.js"
 
 /**
  * Tests that start nothing (no PostgreSQL, no RabbitMQ, no child process): the `unit` project, which has no
@@ -19,6 +20,9 @@ const unit = [
   "test/unit/**/*.test.ts",
   "examples/**/*.test.ts"
 ]
+
+// The Kafka client is installed apart; every vitest run (a single file too) finds it linked.
+ensureKafkaClient()
 
 /** `effect-outbox` imports (the examples') resolve to the sources, as tsconfig's `paths` do for `tsc`. */
 const alias = [
