@@ -15,9 +15,11 @@
  *
  * @since 0.1.0
  */
+import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import { type Envelope, resend } from "../domain/Envelope.js"
+import { type Envelope, type OutgoingMessage, resend } from "../domain/Envelope.js"
 import {
   type StorageNotReadyError,
   type TransportError,
@@ -28,7 +30,7 @@ import * as Headers from "../domain/Headers.js"
 import * as Message from "../domain/Message.js"
 import * as Routing from "../domain/Routing.js"
 import * as TraceContext from "../internal/traceContext.js"
-import type * as Handlers from "../services/Handlers.js"
+import * as Handlers from "../services/Handlers.js"
 import { Transport } from "../services/Transport.js"
 
 /**
@@ -85,6 +87,43 @@ export const forwardedHeaders = (
   }, true)
 }
 
+/** The message a forward sends: the envelope's id, body, type, headers (see `forwardedHeaders`) and key. */
+const outgoing = (
+  envelope: Envelope,
+  to: string,
+  keyed: boolean,
+  trace?: TraceContext.Stamp
+): Effect.Effect<OutgoingMessage, UnrecoverableMessageHandlingError> => {
+  if (to === envelope.transport) {
+    return Effect.fail(
+      new UnrecoverableMessageHandlingError({
+        message: `Refusing to forward ${envelope.headers.type} ${envelope.messageId} into ${to}, the ` +
+          `transport it came from`
+      })
+    )
+  }
+  const make = (body: string) =>
+    resend(
+      {
+        messageId: envelope.messageId,
+        body,
+        // A target without ordering keys (RabbitMQ, MySQL) takes the message without its key.
+        ...(envelope.orderingKey !== undefined && keyed ? { orderingKey: envelope.orderingKey } : {})
+      },
+      forwardedHeaders(envelope.headers, trace)
+    )
+  return envelope.body !== undefined ? Effect.succeed(make(envelope.body)) : Message.encodeBody(envelope.message).pipe(
+    Effect.mapBoth({
+      onFailure: (e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }),
+      onSuccess: make
+    })
+  )
+}
+
+/** Whether `to` takes ordering keys. */
+const takesKeys = (transport: Context.Tag.Service<Transport>, to: string) =>
+  Option.exists(transport.capabilities(to), (c) => c.orderingKeys)
+
 /**
  * Sends a received message on to a transport — same message id, same body (the stored text when the envelope
  * carries it), same type and application headers, and its ordering key where the target has ordering keys (Kafka's
@@ -100,29 +139,10 @@ export const forward = (
   options: { readonly to: string }
 ): Effect.Effect<void, ForwardError, Transport> =>
   Effect.gen(function*() {
-    if (options.to === envelope.transport) {
-      return yield* new UnrecoverableMessageHandlingError({
-        message: `Refusing to forward ${envelope.headers.type} ${envelope.messageId} into ${options.to}, the ` +
-          `transport it came from`
-      })
-    }
     const transport = yield* Transport
-    // A target without ordering keys (RabbitMQ, MySQL) takes the message without its key.
-    const keyed = Option.exists(transport.capabilities(options.to), (c) => c.orderingKeys)
-    const body = envelope.body ?? (yield* Message.encodeBody(envelope.message).pipe(
-      Effect.mapError((e) => new UnrecoverableMessageHandlingError({ message: e.message, cause: e }))
-    ))
+    const keyed = takesKeys(transport, options.to)
     const send = (trace: TraceContext.Stamp | undefined) =>
-      transport.send(options.to, [
-        resend(
-          {
-            messageId: envelope.messageId,
-            body,
-            ...(envelope.orderingKey !== undefined && keyed ? { orderingKey: envelope.orderingKey } : {})
-          },
-          forwardedHeaders(envelope.headers, trace)
-        )
-      ])
+      Effect.flatMap(outgoing(envelope, options.to, keyed, trace), (message) => transport.send(options.to, [message]))
     if (!(yield* TraceContext.enabled)) return yield* send(undefined)
     // The forward is the second hop's `send`: the far side's `process` span is its child, in the same trace.
     yield* Effect.useSpan(`send ${options.to}`, {
@@ -132,8 +152,57 @@ export const forward = (
     }, (span) => Effect.withParentSpan(send(TraceContext.stampOf(span)), span))
   })
 
+/** How many single sends run side by side when a shared send failed and each message is tried on its own. */
+const aloneConcurrency = 32
+
 /**
- * A handler that forwards one message class from `fromTransport` (default `outbox`) to `to`.
+ * Sends several received messages on to a transport in one `Transport.send` (one broker round trip for the lot:
+ * one Kafka produce request per partition leader, one AMQP confirm wait, one SQL insert), in their order, and says
+ * per message whether it was forwarded. When the shared send fails, each message is sent on its own, so that one
+ * message the target refuses (a record too large, say) fails alone and the others go through. With a tracer
+ * installed each message is forwarded as `forward` does, in a `send` span of its own.
+ *
+ * @since 0.1.0
+ * @category forwarding
+ */
+export const forwardAll = (
+  envelopes: ReadonlyArray<Envelope>,
+  options: { readonly to: string }
+): Effect.Effect<Array<Either.Either<void, ForwardError>>, never, Transport> =>
+  Effect.gen(function*() {
+    if (envelopes.length === 1 || (yield* TraceContext.enabled)) {
+      return yield* Effect.forEach(envelopes, (envelope) => Effect.either(forward(envelope, options)))
+    }
+    const transport = yield* Transport
+    const keyed = takesKeys(transport, options.to)
+    const results: Array<Either.Either<void, ForwardError>> = new Array(envelopes.length)
+    const sending: Array<number> = []
+    const messages: Array<OutgoingMessage> = []
+    for (let i = 0; i < envelopes.length; i++) {
+      const message = yield* Effect.either(outgoing(envelopes[i]!, options.to, keyed))
+      if (Either.isLeft(message)) results[i] = message
+      else {
+        sending.push(i)
+        messages.push(message.right)
+      }
+    }
+    const sent = messages.length === 0 ? Either.right(undefined) : yield* Effect.either(
+      transport.send(options.to, messages)
+    )
+    if (Either.isRight(sent) || messages.length === 1) {
+      for (const i of sending) results[i] = sent
+      return results
+    }
+    yield* Effect.forEach(sending, (i, k) =>
+      Effect.map(Effect.either(transport.send(options.to, [messages[k]!])), (alone) => {
+        results[i] = alone
+      }), { concurrency: aloneConcurrency, discard: true })
+    return results
+  })
+
+/**
+ * A handler that forwards one message class from `fromTransport` (default `outbox`) to `to`: a batch handler
+ * (`Handlers.batch`), so a worker forwards a claimed batch's messages of the class in one send (see `forwardAll`).
  *
  * @since 0.1.0
  * @category constructors
@@ -141,12 +210,11 @@ export const forward = (
 export const handler = <A extends Message.Tagged, I>(
   message: Message.MessageClass<A, I>,
   options: ForwardOptions
-): Handlers.Handler<A, ForwardError, Transport> => ({
-  message,
-  name: options.name ?? `forward:${message._tag}->${options.to}`,
-  fromTransport: options.fromTransport ?? Routing.defaultTransport,
-  handle: (_message, envelope) => forward(envelope, options)
-})
+): Handlers.Handler<A, ForwardError, Transport> =>
+  Handlers.batch(message, (items) => forwardAll(items.map((item) => item.envelope), options), {
+    name: options.name ?? `forward:${message._tag}->${options.to}`,
+    fromTransport: options.fromTransport ?? Routing.defaultTransport
+  })
 
 /**
  * Forwarders for several message classes in one line: `...Forwarder.handlers([OrderPaid], { to: "amqp" })`.

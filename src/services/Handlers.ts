@@ -6,6 +6,8 @@
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { Envelope } from "../domain/Envelope.js"
@@ -35,7 +37,43 @@ export interface Handler<A extends Tagged, E, R> {
   /** How long one run may take before it is interrupted and the message retried (default: the worker's). */
   readonly timeout?: Duration.DurationInput | undefined
   readonly handle: (message: A, envelope: Envelope<A>) => Effect.Effect<unknown, E, R>
+  /**
+   * A batch handler's call over several messages (see `batch`); `handle` is the same call for one message. The
+   * worker hands it the claimed messages of its type together.
+   */
+  readonly handleBatch?:
+    | ((items: ReadonlyArray<BatchItem<A>>) => Effect.Effect<ReadonlyArray<BatchResult<E>> | void, E, R>)
+    | undefined
 }
+
+/**
+ * One message of a batch handed to a batch handler.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface BatchItem<A extends Tagged> {
+  readonly message: A
+  readonly envelope: Envelope<A>
+}
+
+/**
+ * What a batch handler says of one of its messages, in the order it was given them: handled (`Either.right`), or
+ * failed with an error (`Either.left`) that decides the message's outcome as a handler's error does.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type BatchResult<E> = Either.Either<unknown, E>
+
+/**
+ * Options of a batch handler registration: a handler's, without `idempotent` (a batch handler dedupes as its
+ * effect requires, e.g. by the message ids in one statement). `timeout` bounds the whole call.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type BatchHandlerOptions = Omit<HandlerOptions, "idempotent">
 
 /**
  * @since 0.1.0
@@ -130,6 +168,55 @@ export function handler<A extends Tagged, I, E, R>(
 }
 
 /**
+ * Declares a batch handler: one call for the claimed messages of a type (Symfony's `BatchHandlerInterface`,
+ * pg-boss's array handlers), with an outcome per message. It succeeds with an array of `BatchResult`s, one per
+ * item in order (or with nothing: every message handled); failing, it fails every message of the call. The worker
+ * calls it once per claimed batch with that batch's messages of the type in claim order (at most `batchSize`); a
+ * message that runs alone (redelivered after a crash, a single one of its type, or traced by an installed tracer,
+ * so that its work sits in its own `process` span) comes as a batch of one. A message's batch handlers run before
+ * its per-message handlers; a retried message skips the handlers that succeeded on it, batch handlers too.
+ *
+ * @example
+ * ```ts
+ * const index = Handlers.batch(OrderPaid, (items) =>
+ *   Effect.as(searchIndex.bulkUpsert(items.map(({ message }) => message)), undefined))
+ * ```
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const batch = <A extends Tagged, I, Eff extends Effect.Effect<ReadonlyArray<BatchResult<any>> | void, any, any>>(
+  message: MessageClass<A, I>,
+  handleBatch: (items: ReadonlyArray<BatchItem<A>>) => Eff,
+  options: BatchHandlerOptions = {}
+): Handler<A, Effect.Effect.Error<Eff> | BatchError<Effect.Effect.Success<Eff>>, Effect.Effect.Context<Eff>> => {
+  type E = Effect.Effect.Error<Eff> | BatchError<Effect.Effect.Success<Eff>>
+  const call = handleBatch as unknown as (
+    items: ReadonlyArray<BatchItem<A>>
+  ) => Effect.Effect<ReadonlyArray<BatchResult<E>> | void, E, Effect.Effect.Context<Eff>>
+  return {
+    message,
+    name: options.name ?? "",
+    fromTransport: options.fromTransport,
+    timeout: options.timeout,
+    handleBatch: call,
+    handle: (message, envelope) =>
+      Effect.flatMap(call([{ message, envelope }]), (results) => {
+        const result = results?.[0]
+        return result === undefined || Either.isRight(result) ? Effect.void : Effect.fail(result.left)
+      })
+  }
+}
+
+/**
+ * The error type of the failed items of a batch handler's results.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type BatchError<S> = S extends ReadonlyArray<Either.Either<any, infer E>> ? E : never
+
+/**
  * A registered handler.
  *
  * @since 0.1.0
@@ -146,6 +233,13 @@ export interface RegisteredHandler {
    * provides them once for its life). It is not bounded by the timeout: the worker applies that.
    */
   readonly run: (message: Tagged, envelope: Envelope) => Effect.Effect<unknown, unknown>
+  /**
+   * A batch handler's call over several messages: an exit per message, in order (a failed call fails each; a
+   * result count that does not match is a defect of each). Never fails; its services as `run`'s.
+   */
+  readonly runBatch:
+    | ((envelopes: ReadonlyArray<Envelope>) => Effect.Effect<Array<Exit.Exit<unknown, unknown>>>)
+    | undefined
 }
 
 /**
@@ -159,6 +253,8 @@ export interface HandlersShape {
   readonly handlersFor: (type: string, transport: string) => ReadonlyArray<RegisteredHandler>
   /** All registered type tags. */
   readonly types: ReadonlyArray<string>
+  /** Whether a batch handler is registered (the worker then groups a claimed batch's messages for it). */
+  readonly batched: boolean
   /** Provides the handlers' services (captured when the registry was built) to an effect that calls `run`. */
   readonly provide: <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }
@@ -215,6 +311,11 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
       const consumer = h.idempotent === undefined || h.idempotent === false
         ? undefined
         : yield* IdempotencyKey.validateConsumer(typeof h.idempotent === "string" ? h.idempotent : name)
+      if (h.handleBatch !== undefined && consumer !== undefined) {
+        return yield* new OutboxConfigError({
+          message: `Handler ${name} is a batch handler and cannot be idempotent: dedupe inside its call`
+        })
+      }
       if (consumer !== undefined && Option.isNone(Context.getOption(context, IdempotencyStore.IdempotencyStore))) {
         return yield* new OutboxConfigError({
           message: `Handler ${name} is idempotent but no IdempotencyStore is provided to the handlers layer`
@@ -241,7 +342,10 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
         name,
         fromTransport: h.fromTransport,
         timeout: timeout === undefined ? undefined : timeout.value,
-        run
+        run,
+        runBatch: h.handleBatch === undefined
+          ? undefined
+          : runBatchOf(name, h.handleBatch) as RegisteredHandler["runBatch"]
       })
       byType.set(tag, list)
     }
@@ -258,11 +362,37 @@ export const make = <const Hs extends ReadonlyArray<Handler.Any>>(
         return found
       },
       types: Array.from(classes.keys()),
+      batched: handlers.some((h) => h.handleBatch !== undefined),
       provide: <A, E, R>(self: Effect.Effect<A, E, R>) =>
         Effect.mapInputContext(self, (outer: Context.Context<R>) =>
           Context.merge(outer, context as Context.Context<never>))
     }
   })
+
+/** A batch handler's call as the worker runs it: an exit per envelope (see `RegisteredHandler.runBatch`). */
+const runBatchOf = <R>(
+  name: string,
+  handleBatch: (
+    items: ReadonlyArray<BatchItem<any>>
+  ) => Effect.Effect<ReadonlyArray<BatchResult<unknown>> | void, unknown, R>
+) =>
+(envelopes: ReadonlyArray<Envelope>): Effect.Effect<Array<Exit.Exit<unknown, unknown>>, never, R> =>
+  Effect.matchCause(
+    Effect.suspend(() => handleBatch(envelopes.map((envelope) => ({ message: envelope.message, envelope })))),
+    {
+      onFailure: (cause) => envelopes.map(() => Exit.failCause(cause)),
+      onSuccess: (results) => {
+        if (results === undefined) return envelopes.map(() => Exit.void)
+        if (results.length !== envelopes.length) {
+          const defect = new Error(
+            `Batch handler ${name} returned ${results.length} results for ${envelopes.length} messages`
+          )
+          return envelopes.map(() => Exit.die(defect))
+        }
+        return results.map((result) => Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))
+      }
+    }
+  )
 
 /**
  * A layer of the registry from a list of handlers.

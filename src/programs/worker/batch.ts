@@ -17,6 +17,7 @@ import type * as Outcome from "../../domain/Outcome.js"
 import type { TransportShape } from "../../services/Transport.js"
 import * as OutboxMetrics from "../OutboxMetrics.js"
 import * as Acks from "./acks.js"
+import * as Grouped from "./grouped.js"
 import * as Handle from "./handle.js"
 import * as Limits from "./limits.js"
 import * as MessageLogs from "./messageLogs.js"
@@ -145,6 +146,8 @@ export const process = (
     const health = state.health
     const tracing = state.tracing
     const timed = limits.timeLimitMs !== Infinity || onEvent !== undefined || metrics || health !== undefined
+    // Set before the messages run when batch handlers had messages of this batch to share a call (grouped.ts).
+    let prepared: Array<Handle.Prepared | undefined> | undefined
     const transportLabels = metrics ? OutboxMetrics.transportLabels(name) : []
 
     const record = (
@@ -177,7 +180,7 @@ export const process = (
       progress[index] = running
       if (metrics) OutboxMetrics.messageAge.unsafeUpdate((now - row.createdAt.getTime()) / 1000, transportLabels)
       return Effect.flatMap(
-        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing),
+        Handle.handle(row, registry, strategy, countsDeliveries, watched, index, logs, tracing, prepared?.[index]),
         (outcome) => {
           // Timed out or given back meanwhile (a handler that ignored its interruption): the batch has recorded it.
           if (progress[index] !== running) return Effect.void
@@ -324,14 +327,23 @@ export const process = (
     return Effect.uninterruptibleMask((restore) => {
       onStart()
       const stopTimer = Acks.batchStarted(acks, batch.length)
+      const handling = suspects === undefined
+        ? inTurn(one)
+        : inTurn((row, index) => row.redelivered === true ? Effect.void : one(row, index)).pipe(
+          Effect.zipRight(inTurn(alone, suspects, 1)),
+          // The last one's ack too: the next batch's first message must not bring it back.
+          Effect.zipRight(Effect.suspend(() => Acks.flush(acks, transport)))
+        )
       const work = runner.submit(
-        suspects === undefined
-          ? inTurn(one)
-          : inTurn((row, index) => row.redelivered === true ? Effect.void : one(row, index)).pipe(
-            Effect.zipRight(inTurn(alone, suspects, 1)),
-            // The last one's ack too: the next batch's first message must not bring it back.
-            Effect.zipRight(Effect.suspend(() => Acks.flush(acks, transport)))
+        registry.batched && tracing === undefined
+          ? Effect.flatMap(
+            Grouped.prepare(batch, registry, Limits.remaining(limits), state.watchdog.defaultTimeoutMs),
+            (ready) => {
+              prepared = ready
+              return handling
+            }
           )
+          : handling
       )
       return Effect.flatMap(Effect.exit(restore(work.await)), (joined) => {
         stopTimer()

@@ -28,9 +28,21 @@ import * as MessageLogs from "./messageLogs.js"
 import * as Tracing from "./tracing.js"
 import * as Watchdog from "./watchdog.js"
 
-type Decoded = {
+/** A row decoded: its envelope and the handlers that run for it. @internal */
+export type Decoded = {
   readonly envelope: Envelope
   readonly handlers: ReadonlyArray<RegisteredHandler>
+}
+
+/**
+ * A message of a claimed batch decoded ahead, with what its batch handlers' shared calls decided for it (see
+ * `grouped.ts`): those handlers are not run again for it.
+ *
+ * @internal
+ */
+export interface Prepared {
+  readonly decoded: Decoded
+  readonly exits: Map<RegisteredHandler, Exit.Exit<unknown, unknown>>
 }
 
 type Rejected = { readonly headers: Headers.Headers; readonly error: MessageDecodeError | NoHandlerForMessageError }
@@ -93,7 +105,8 @@ export const decode = (row: ReceivedMessage, registry: HandlersShape): Either.Ei
  * and gives the message back untouched. The handlers' services must be provided around it
  * (`HandlersShape.provide`). With `watched`, each handler's start arms its timeout in slot `index` of the batch
  * (the worker's watchdog enforces it); with `logs`, the running fiber's log lines carry the message (see
- * `messageLogs.ts`); with `tracing`, its handlers run in the message's `process` span (see `tracing.ts`).
+ * `messageLogs.ts`); with `tracing`, its handlers run in the message's `process` span (see `tracing.ts`); with
+ * `prepared`, the row is decoded already and its batch handlers have run.
  *
  * @internal
  */
@@ -105,9 +118,10 @@ export const handle = (
   watched?: Watchdog.Watched,
   index = 0,
   logs?: MessageLogs.Slot,
-  tracing?: Tracing.Tracing
+  tracing?: Tracing.Tracing,
+  prepared?: Prepared
 ): Effect.Effect<Outcome.Outcome, StorageNotReadyError> => {
-  const decoded = decode(row, registry)
+  const decoded = prepared === undefined ? decode(row, registry) : Either.right(prepared.decoded)
   if (Either.isLeft(decoded)) {
     if (logs !== undefined) logs.envelope = undefined
     const { error, headers } = decoded.left
@@ -124,8 +138,8 @@ export const handle = (
         ? Effect.succeed(
           Outcome.decide({ _tag: "Died", error: died.value.error }, row.transport, envelope.headers, answer)
         )
-        : runHandlers(envelope, handlers, strategy, watched, index, traced))
-    : runHandlers(envelope, handlers, strategy, watched, index, traced)
+        : runHandlers(envelope, handlers, strategy, watched, index, traced, prepared?.exits))
+    : runHandlers(envelope, handlers, strategy, watched, index, traced, prepared?.exits)
   return traced === undefined ? handling : Tracing.finish(tracing!, traced, handling)
 }
 
@@ -187,13 +201,19 @@ const runHandlers = (
   strategy: RetryStrategyShape,
   watched: Watchdog.Watched | undefined,
   index: number,
-  traced: Tracing.ProcessSpan | undefined
+  traced: Tracing.ProcessSpan | undefined,
+  exits: Prepared["exits"] | undefined
 ): Effect.Effect<Outcome.Outcome, StorageNotReadyError> => {
+  // A batch handler that ran for the whole claimed batch: its exit for this message stands for its run.
+  const runOf = (h: RegisteredHandler) => {
+    const exit = exits?.get(h)
+    if (exit !== undefined) return exit
+    if (watched !== undefined) Watchdog.arm(watched, index, h, undefined)
+    return h.run(envelope.message, envelope)
+  }
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-    const h = handlers[0]!
-    if (watched !== undefined) Watchdog.arm(watched, index, h, undefined)
-    const run = h.run(envelope.message, envelope)
+    const run = runOf(handlers[0]!)
     return Effect.matchCauseEffect(traced === undefined ? run : traced.run(run), {
       onSuccess: () =>
         Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
@@ -212,8 +232,9 @@ const runHandlers = (
     const causes: Array<Cause.Cause<unknown>> = []
     for (const h of handlers) {
       if (done.has(h.name)) continue
-      if (watched !== undefined) Watchdog.arm(watched, index, h, handledBy)
-      const run = h.run(envelope.message, envelope)
+      const ran = exits?.get(h)
+      if (ran === undefined && watched !== undefined) Watchdog.arm(watched, index, h, handledBy)
+      const run = ran ?? h.run(envelope.message, envelope)
       const exit = yield* Effect.exit(traced === undefined ? run : traced.run(run))
       if (Exit.isSuccess(exit)) handledBy.push(h.name)
       else if (Cause.isInterruptedOnly(exit.cause)) return Outcome.release
