@@ -95,6 +95,11 @@ export interface Sizes {
 export interface WorkerSettings {
   readonly batchSize: number
   readonly concurrency: number
+  /**
+   * The forward as a per-message handler (`Forwarder.forward` in `Handlers.handler`, one send per message) instead
+   * of `Forwarder.handlers` (a batch handler: one send per claimed batch): the design's share, in the same run.
+   */
+  readonly perMessage?: boolean
 }
 
 export interface RawSettings {
@@ -333,7 +338,15 @@ export const forwardOurs = async (
   const db = await freshDatabase(adminUrl, `kafka_fwd_${target}`)
   const name = unique(`fwd-${target}`)
   const runtime = ManagedRuntime.make(
-    stackOf(db.url, target, brokers, name, Forwarder.handlers([BenchNoop], { to: target }))
+    stackOf(
+      db.url,
+      target,
+      brokers,
+      name,
+      settings.perMessage === true
+        ? [Handlers.handler(BenchNoop, (_, envelope) => Forwarder.forward(envelope, { to: target }))]
+        : Forwarder.handlers([BenchNoop], { to: target })
+    )
   )
   try {
     const drain = Worker.run({
@@ -747,7 +760,8 @@ export const latency = async (
 // ---------------------------------------------------------------------------------------------------
 // Run
 
-const label = (s: WorkerSettings) => `batch ${s.batchSize}, concurrency ${s.concurrency}`
+const label = (s: WorkerSettings) =>
+  `${s.perMessage === true ? "per-message handler, " : ""}batch ${s.batchSize}, concurrency ${s.concurrency}`
 const rawLabel = (s: RawSettings) => `${s.batch} records a send, ${s.inFlight} in flight`
 
 const figure = (rounds: ReadonlyArray<ForwardRound>): Figure => ({
@@ -809,7 +823,7 @@ const runForward = async (
     for (const step of round % 2 === 0 ? steps : [...steps].reverse()) await step()
   }
   const gridFigures = o.grid.map((settings, i) => ({ settings, ...figure(grid[i]!) }))
-  const best = bestBy(gridFigures).settings
+  const best = bestBy(gridFigures.filter((g) => g.settings.perMessage !== true)).settings
   const amqp: Array<ForwardRound> = []
   for (let round = 0; round < o.rounds; round++) {
     const r = await forwardOurs(pgAdminUrl, brokers, "amqp", best, sizes)
@@ -902,8 +916,7 @@ const count = (n: number) => n.toLocaleString("en-US")
 
 const rawOf = (f: ForwardResult) =>
   f.raw.find((x) => x.settings.batch === f.rawBest.batch && x.settings.inFlight === f.rawBest.inFlight)!
-const bestOf = (f: ForwardResult) =>
-  f.grid.find((x) => x.settings.batchSize === f.best.batchSize && x.settings.concurrency === f.best.concurrency)!
+const bestOf = (f: ForwardResult) => f.grid.find((x) => x.settings === f.best)!
 
 /** The rows of the Targets table: the headline key count's forward rate against the raw producer. */
 export const targets = (r: KafkaResult) => {

@@ -1274,12 +1274,13 @@ const main = async () => {
         warmup: o.quick ? 200 : 2_000,
         brokerWarmup: o.quick ? 2_000 : 100_000,
         grid: o.quick
-          ? [{ batchSize: 200, concurrency: 200 }]
+          ? [{ batchSize: 500, concurrency: 1 }]
           : [
-            { batchSize: 50, concurrency: 50 },
-            { batchSize: 200, concurrency: 200 },
+            { batchSize: 50, concurrency: 1 },
+            { batchSize: 500, concurrency: 1 },
+            { batchSize: 1000, concurrency: 1 },
             { batchSize: 500, concurrency: 200 },
-            { batchSize: 1000, concurrency: 500 }
+            { batchSize: 500, concurrency: 200, perMessage: true }
           ],
         rawSettings: o.quick ? [{ batch: 500, inFlight: 1 }] : [
           { batch: 500, inFlight: 1 },

@@ -1,7 +1,8 @@
 /**
- * Forwarding to a broker: the outbox is the first hop, the broker the second. A forwarder is a handler bound
- * to the outbox transport that re-sends the message, unchanged, to a broker transport; the worker deletes the
- * outbox row only after the handler succeeded — that is, after the broker confirmed the publish. Between the
+ * Forwarding to a broker: the outbox is the first hop, the broker the second. A forwarder is a batch handler
+ * bound to the outbox transport that re-sends a claimed batch's messages, unchanged, to a broker transport in one
+ * send; the worker deletes an outbox row only after the handler succeeded for it — that is, after the broker
+ * confirmed the publish. Between the
  * database and the broker there is no loss, only possible duplicates (a worker killed between the confirm and
  * the delete forwards the message again): consumers on the far side dedupe by the message id
  * (`Handlers.handler(…, { idempotent: true })`).
