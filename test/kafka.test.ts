@@ -184,6 +184,52 @@ describe("Kafka transport", () => {
   )
 
   it.live(
+    "forwarding a claimed batch: a record over the topic's size limit fails alone, the batch's others are forwarded",
+    () =>
+      Effect.gen(function*() {
+        const s = stack({
+          handlers: Forwarder.handlers([OrderPaid], { to: "kafka" }),
+          retry: { default: { maxRetries: 0 } }
+        })
+        yield* Effect.promise(async () => {
+          const admin = new Admin({ clientId: "small-topic", bootstrapBrokers: [kafkaBootstrap()] })
+          try {
+            await admin.createTopics({
+              topics: [s.topic],
+              partitions: 3,
+              replicas: 1,
+              configs: [{ name: "max.message.bytes", value: "2048" }]
+            })
+          } finally {
+            await admin.close()
+          }
+        })
+        yield* Effect.gen(function*() {
+          yield* setup
+          const sql = yield* SqlClient.SqlClient
+          for (let orderId = 1; orderId <= 10; orderId++) {
+            yield* Outbox.dispatch(new OrderPaid({ orderId, amount: orderId }), {
+              orderingKey: `order-${orderId}`,
+              ...(orderId === 4 ? { headers: { note: "x".repeat(5_000) } } : {})
+            })
+          }
+          const run = yield* Worker.run({ transports: ["outbox"], batchSize: 50, stopWhenEmpty: true })
+          expect(run).toMatchObject({ handled: 9, retried: 0, failed: 1 })
+          // Records of a failed request's other partitions were written, and are again with their half: duplicates.
+          const written = (yield* Effect.flatMap(TransportAdmin, (t) => t.stats("kafka"))).ready
+          const read = yield* readTopic(s.topic, written)
+          const forwarded = new Set(read.map((r) => JSON.parse(r.value).orderId as number))
+          expect([...forwarded].sort((a, b) => a - b)).toEqual([1, 2, 3, 5, 6, 7, 8, 9, 10])
+          const failed = yield* sql<{ body: string; headers: string }>`
+            SELECT body, headers FROM ${sql(s.table)} WHERE queue_name = 'failed'`
+          expect(failed.map((r) => JSON.parse(r.body).orderId)).toEqual([4])
+          expect(JSON.parse(failed[0]!.headers).errorDetails.tag).toBe("TransportError")
+        }).pipe(Effect.provide(s.layer))
+      }).pipe(quiet),
+    120_000
+  )
+
+  it.live(
     "consuming: a partition's offset moves only past settled records; a key waits behind its blocked message",
     () =>
       Effect.gen(function*() {

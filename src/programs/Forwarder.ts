@@ -153,15 +153,21 @@ export const forward = (
     }, (span) => Effect.withParentSpan(send(TraceContext.stampOf(span)), span))
   })
 
-/** How many single sends run side by side when a shared send failed and each message is tried on its own. */
-const aloneConcurrency = 32
+/**
+ * Sends that may fail, after a shared send failed, before one succeeds: past them the target is taken to be down
+ * (a broker outage fails every send, each after its timeout) and the messages not yet forwarded fail with its error.
+ */
+const failuresBeforeGivingUp = 8
 
 /**
  * Sends several received messages on to a transport in one `Transport.send` (one broker round trip for the lot:
  * one Kafka produce request per partition leader, one AMQP confirm wait, one SQL insert), in their order, and says
- * per message whether it was forwarded. When the shared send fails, each message is sent on its own, so that one
- * message the target refuses (a record too large, say) fails alone and the others go through. With a tracer
- * installed each message is forwarded as `forward` does, in a `send` span of its own.
+ * per message whether it was forwarded. When the shared send fails, its halves are sent, and the halves of a half
+ * that fails, down to single messages: a message the target refuses (a record too large, say) fails alone, in about
+ * twice log2(n) sends, and the others are forwarded — some twice or more, if the target kept part of a failed send
+ * (Kafka keeps the partitions it could write): at-least-once, the far side dedupes by the message id. A target that
+ * refuses everything (an outage) is given up after a few sends. With a tracer installed each message is forwarded as
+ * `forward` does, in a `send` span of its own.
  *
  * @since 0.1.0
  * @category forwarding
@@ -187,17 +193,36 @@ export const forwardAll = (
         messages.push(message.right)
       }
     }
-    const sent = messages.length === 0 ? Either.right(undefined) : yield* Effect.either(
-      transport.send(options.to, messages)
-    )
-    if (Either.isRight(sent) || messages.length === 1) {
-      for (const i of sending) results[i] = sent
-      return results
+    // Groups of positions in `sending`, sent in order, level by level: the whole, then the halves of what failed.
+    let level: Array<Array<number>> = sending.length === 0 ? [] : [sending.map((_, k) => k)]
+    let succeeded = false
+    let failures = 0
+    let stop: Either.Either<void, ForwardError> | undefined
+    while (level.length > 0) {
+      const next: Array<Array<number>> = []
+      for (const group of level) {
+        if (stop !== undefined) {
+          for (const k of group) results[sending[k]!] = stop
+          continue
+        }
+        const sent = yield* Effect.either(transport.send(options.to, group.map((k) => messages[k]!)))
+        if (Either.isRight(sent)) succeeded = true
+        else {
+          failures++
+          // Not a message's fault: the target is not set up or unknown, or down.
+          if (sent.left._tag !== "TransportError" || (!succeeded && failures >= failuresBeforeGivingUp)) {
+            stop = sent
+          }
+        }
+        if (Either.isRight(sent) || group.length === 1 || stop !== undefined) {
+          for (const k of group) results[sending[k]!] = sent
+        } else {
+          const half = Math.ceil(group.length / 2)
+          next.push(group.slice(0, half), group.slice(half))
+        }
+      }
+      level = next
     }
-    yield* Effect.forEach(sending, (i, k) =>
-      Effect.map(Effect.either(transport.send(options.to, [messages[k]!])), (alone) => {
-        results[i] = alone
-      }), { concurrency: aloneConcurrency, discard: true })
     return results
   })
 

@@ -162,8 +162,8 @@ describe("Forwarder on batch handlers", () => {
       yield* Effect.gen(function*() {
         yield* paid(4)
         expect(yield* drain({ batchSize: 50 })).toMatchObject({ handled: 3, retried: 1 })
-        // The shared send, then each message on its own.
-        expect(refused).toEqual([4, 1, 1, 1, 1])
+        // The shared send, then its halves, then the halves of the half that failed.
+        expect(refused).toEqual([4, 2, 2, 1, 1])
         const memory = yield* MemoryTransport.MemoryTransport
         expect((yield* memory.messagesOf("far")).map((m) => JSON.parse(m.body).orderId)).toEqual([1, 2, 4])
         expect((yield* memory.messagesOf("outbox")).map((m) => JSON.parse(m.body).orderId)).toEqual([3])
@@ -173,5 +173,17 @@ describe("Forwarder on batch handlers", () => {
           countingSends(refused, (body) => JSON.parse(body).orderId === 3)
         )
       ))
+    }))
+
+  it.effect("a target that refuses everything is given up after a few sends: every message retried, none failed", () =>
+    Effect.gen(function*() {
+      const sends: Array<number> = []
+      yield* Effect.gen(function*() {
+        yield* paid(100)
+        expect(yield* drain({ batchSize: 100 })).toMatchObject({ handled: 0, retried: 100, failed: 0 })
+      }).pipe(Effect.provide(
+        stack(Forwarder.handlers([OrderPaid], { to: "far" }), countingSends(sends, () => true))
+      ))
+      expect(sends).toEqual([100, 50, 50, 25, 25, 25, 25, 13])
     }))
 })
