@@ -134,6 +134,24 @@ export interface TransportStats {
   readonly blockedKeys: number
   /** A broker with consumer groups (Kafka): the group's lag per partition of the transport's topics. */
   readonly partitions?: ReadonlyArray<PartitionLag>
+  /** A CDC transport (PgCdcTransport): the replication slot its connector reads, `null` when it does not exist. */
+  readonly slot?: SlotLag | null
+}
+
+/**
+ * A replication slot's state: whether a connector reads it now, the WAL the server retains for it (from its restart
+ * point: what a stopped connector makes the disk hold) and what the connector has yet to confirm.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SlotLag {
+  readonly name: string
+  readonly active: boolean
+  readonly retainedBytes: number
+  readonly pendingBytes: number
+  /** PostgreSQL's `wal_status`: `reserved`, `extended`, `unreserved` or `lost` (past `max_slot_wal_keep_size`). */
+  readonly walStatus: string | null
 }
 
 /**

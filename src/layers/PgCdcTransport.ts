@@ -1,0 +1,397 @@
+/**
+ * Change data capture on PostgreSQL: messages routed to a CDC transport are written, in the caller's transaction, as
+ * events that Debezium reads from the WAL and its Outbox Event Router publishes to Kafka — no worker polls them. The
+ * commit itself becomes the source of the event, as for the polled outbox: a rolled-back transaction never reaches
+ * Kafka, a committed one always does (Debezium is at-least-once; consumers dedupe by the `id` header, the message
+ * id).
+ *
+ * ```ts
+ * const Transports = TransportRouter.layer(PgTransport.make(), PgCdcTransport.make())   // outbox, failed + cdc
+ * const OutboxLive = Outbox.layer({ routes: { OrderPaid: ["cdc"] } })                      // OrderPaid → Debezium
+ * ```
+ *
+ * Two ways to write an event (`mode`):
+ * - `"table"`: a row of the event table (Debezium's default columns: `id`, `aggregatetype`, `aggregateid`, `type`,
+ *   `payload`) inserted and deleted in the same transaction — the WAL keeps the insert, the table stays empty. Any
+ *   PostgreSQL from 13.
+ * - `"message"`: `pg_logical_emit_message(true, prefix, event)`, no table at all; the connector decodes it with
+ *   Debezium's `DecodeLogicalDecodingMessageContent` before the router. PostgreSQL 14 or later.
+ *
+ * Each event carries the message's stored headers (Kafka header `x-outbox-headers`), its trace context
+ * (`traceparent`, `tracestate`) and, for a delayed dispatch, when it is due (`x-outbox-available-at`): the Kafka
+ * transport consumes such records as it consumes its own. The record key is the message's ordering key, else its
+ * id: a key's events reach one partition in commit order.
+ *
+ * `setup` checks that the server and the connector's role can do logical replication (saying what to change when
+ * not) and creates the table and a publication of its inserts; `stats` shows the replication slot's retained WAL;
+ * `connectorConfig` (and the command line's `cdc:connector`) prints the matching Debezium configuration. It has
+ * nothing to consume or browse: `open` (a worker) fails at once, and so do `list`, `find`, `remove`, `move`.
+ *
+ * @since 0.1.0
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type { OutgoingMessage } from "../domain/Envelope.js"
+import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
+import * as Identifier from "../domain/Identifier.js"
+import { describeError } from "../internal/describeError.js"
+import { noCapabilities, unknownTransport } from "../internal/transports.js"
+import { type Capabilities, Transport } from "../services/Transport.js"
+import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
+import { isStorageUnusable, storageNotReady } from "./pg/errors.js"
+import * as Cdc from "./pg/sql/cdc.js"
+
+/**
+ * The default name of a CDC transport (`cdc`).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const defaultTransport = "cdc"
+
+/**
+ * How events are written: rows inserted and deleted (`table`), or logical decoding messages (`message`).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Mode = "table" | "message"
+
+/**
+ * Options of one CDC transport.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TransportOptions {
+  /**
+   * The events' `aggregatetype`, which the Event Router turns into the topic (`outbox.event.<aggregatetype>` by
+   * default): a fixed name, or one derived from the message type. Default: the transport's name.
+   */
+  readonly aggregateType?: string | ((type: string) => string)
+}
+
+/**
+ * Options: the transports it serves (default `{ cdc: {} }`), the event table (default `outbox_events`), the
+ * publication and the replication slot the connector uses (defaults `<table>_publication`, `<table>_slot`), the
+ * mode (default `table`), the logical messages' prefix (default `effect-outbox`) and the role the connector logs
+ * in as (default: this client's), whose right to replicate `setup` checks.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  readonly transports?: Readonly<Record<string, TransportOptions>>
+  readonly table?: string
+  readonly publication?: string
+  readonly slot?: string
+  readonly mode?: Mode
+  readonly messagePrefix?: string
+  readonly connectorRole?: string
+}
+
+/** The options with their defaults, validated. @internal */
+export interface Resolved {
+  readonly transports: ReadonlyMap<string, (type: string) => string>
+  readonly table: string
+  readonly publication: string
+  readonly slot: string
+  readonly mode: Mode
+  readonly messagePrefix: string
+  readonly connectorRole: string | undefined
+}
+
+/**
+ * What a CDC transport does: none of what a store does, but ordering keys (a key's events reach one partition in
+ * commit order).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const capabilities: Capabilities = { ...noCapabilities, orderingKeys: true }
+
+const slotPattern = /^[a-z0-9_]{1,63}$/
+
+/**
+ * Resolves and validates the options (names as PostgreSQL takes them: a replication slot is lower case).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const resolve = (options: Options = {}): Effect.Effect<Resolved, OutboxConfigError> =>
+  Effect.gen(function*() {
+    const entries = Object.entries(options.transports ?? { [defaultTransport]: {} })
+    if (entries.length === 0) return yield* new OutboxConfigError({ message: "PgCdcTransport: no transport to serve" })
+    const transports = new Map<string, (type: string) => string>()
+    for (const [name, o] of entries) {
+      yield* Identifier.validateQueueName(name)
+      const aggregateType = o.aggregateType ?? name
+      if (typeof aggregateType === "string" && !/^[A-Za-z0-9_.-]{1,200}$/.test(aggregateType)) {
+        return yield* new OutboxConfigError({
+          message: `PgCdcTransport ${name}: aggregateType ${JSON.stringify(aggregateType)} must be 1-200 letters, ` +
+            "digits, '_', '.' or '-' (it names a Kafka topic)"
+        })
+      }
+      transports.set(name, typeof aggregateType === "string" ? () => aggregateType : aggregateType)
+    }
+    const table = yield* Identifier.validateTableName(options.table ?? "outbox_events")
+    const base = table.replace(".", "_")
+    const publication = options.publication ?? `${base}_publication`
+    const slot = options.slot ?? `${base}_slot`
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(publication)) {
+      return yield* new OutboxConfigError({
+        message: `PgCdcTransport: invalid publication name ${JSON.stringify(publication)}: letters, digits and ` +
+          "underscores, not starting with a digit, at most 63 characters"
+      })
+    }
+    if (!slotPattern.test(slot)) {
+      return yield* new OutboxConfigError({
+        message: `PgCdcTransport: invalid replication slot name ${JSON.stringify(slot)}: lower-case letters, digits ` +
+          "and underscores, at most 63 characters"
+      })
+    }
+    const mode = options.mode ?? "table"
+    if (mode !== "table" && mode !== "message") {
+      return yield* new OutboxConfigError({
+        message: `PgCdcTransport: mode must be "table" or "message", got ${JSON.stringify(mode)}`
+      })
+    }
+    const messagePrefix = options.messagePrefix ?? "effect-outbox"
+    if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(messagePrefix)) {
+      return yield* new OutboxConfigError({
+        message: `PgCdcTransport: invalid messagePrefix ${JSON.stringify(messagePrefix)}: 1-100 letters, digits, ` +
+          "'_', '.', ':' or '-'"
+      })
+    }
+    return {
+      transports,
+      table,
+      publication,
+      slot,
+      mode,
+      messagePrefix,
+      connectorRole: options.connectorRole
+    }
+  })
+
+/**
+ * Builds the transport on the `SqlClient` in context. `send` runs on the caller's connection: inside
+ * `sql.withTransaction` its event commits or rolls back with the business change.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: Options = {}
+): Effect.Effect<TransportBackend, OutboxConfigError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const o = yield* resolve(options)
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    const names = Array.from(o.transports.keys())
+
+    const lookup = (name: string) => {
+      const found = o.transports.get(name)
+      return found !== undefined ? Effect.succeed(found) : Effect.fail(unknownTransport(name, names))
+    }
+    const unsupported = (name: string, operation: string) =>
+      Effect.zipRight(
+        lookup(name),
+        Effect.fail(
+          new TransportError({
+            transport: name,
+            operation,
+            message: `${operation} is not supported by the CDC transport ${name}: it stores no message, Debezium ` +
+              "carries its events to Kafka"
+          })
+        )
+      )
+    const failure = (name: string, operation: string) => (error: SqlError) =>
+      isStorageUnusable(error)
+        ? storageNotReady(o.table, error)
+        : new TransportError({
+          transport: name,
+          operation,
+          message: `The CDC transport ${name} could not ${operation}: ${describeError(error)}`,
+          cause: error
+        })
+
+    const eventsOf = (aggregateType: (type: string) => string, messages: ReadonlyArray<OutgoingMessage>, now: number) =>
+      messages.map((m): Cdc.Event => ({
+        id: m.messageId,
+        aggregateType: aggregateType(m.type),
+        aggregateId: m.orderingKey ?? m.messageId,
+        type: m.type,
+        // Text columns take no NUL: stored as U+FFFD, as the table transport stores it.
+        payload: m.body.replaceAll("\u0000", "\uFFFD"),
+        headers: m.headers.replaceAll("\u0000", "\uFFFD"),
+        traceparent: m.traceparent ?? null,
+        tracestate: m.tracestate ?? null,
+        availableAt: m.delayMs > 0 ? now + m.delayMs : null
+      }))
+
+    const write = (events: ReadonlyArray<Cdc.Event>) => {
+      if (o.mode === "message") return Effect.asVoid(Cdc.emitMessages(sql, o.messagePrefix, events))
+      const { insert, remove } = Cdc.insertThenDelete(sql, o.table, events)
+      const both = Effect.zipRight(insert, remove)
+      // Outside a transaction the row must not be seen alone: the pair gets one of its own.
+      return Effect.flatMap(
+        Effect.serviceOption(SqlClient.TransactionConnection),
+        (tx) => Effect.asVoid(Option.isSome(tx) ? both : sql.withTransaction(both))
+      )
+    }
+
+    const send: TransportBackend["send"] = (name, messages) =>
+      Effect.flatMap(lookup(name), (aggregateType) =>
+        messages.length === 0 ? Effect.void : Effect.flatMap(Clock.currentTimeMillis, (now) => {
+          const events = eventsOf(aggregateType, messages, now)
+          for (const e of events) {
+            if (e.aggregateType.length === 0 || !/^[A-Za-z0-9_.-]{1,200}$/.test(e.aggregateType)) {
+              return Effect.fail(
+                new TransportError({
+                  transport: name,
+                  operation: "send",
+                  message: `The CDC transport ${name} derived the aggregate type ${
+                    JSON.stringify(e.aggregateType.slice(0, 200))
+                  } for ${e.type}: it must be 1-200 letters, digits, '_', '.' or '-' (it names a Kafka topic)`
+                })
+              )
+            }
+          }
+          return Effect.mapError(write(events), failure(name, "send"))
+        }))
+
+    const setup = Effect.gen(function*() {
+      const role = o.connectorRole ??
+        (yield* sql<{ readonly role: string }>`SELECT current_user AS role`)[0]!.role
+      const [ready] = yield* Cdc.readiness(sql, role)
+      const problems: Array<string> = []
+      if (ready!.walLevel !== "logical") {
+        problems.push(
+          `wal_level is ${ready!.walLevel}: run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) ` +
+            "and restart the server"
+        )
+      }
+      if (ready!.replication === null) {
+        problems.push(`the connector's role ${role} does not exist`)
+      } else if (!ready!.replication) {
+        problems.push(`the connector's role ${role} may not replicate: run ALTER ROLE "${role}" WITH REPLICATION`)
+      }
+      if (o.mode === "message" && ready!.major < 14) {
+        problems.push(
+          `PostgreSQL ${ready!.major} does not stream logical decoding messages to pgoutput (14 does): use mode "table"`
+        )
+      }
+      if (problems.length > 0) {
+        return yield* new TransportError({
+          transport: "*",
+          operation: "setup",
+          message: `Change data capture is not ready: ${problems.join("; ")}`
+        })
+      }
+      const applied: Array<string> = []
+      if (o.mode === "table") {
+        yield* Cdc.createTable(sql, o.table)
+        applied.push(`table ${o.table}`)
+      }
+      const [exists] = yield* Cdc.publicationExists(sql, o.publication)
+      if (exists!.n === 0) {
+        // In message mode the publication has no table: pgoutput needs one to stream the messages.
+        yield* o.mode === "table"
+          ? Cdc.createPublication(sql, o.publication, o.table)
+          : sql.unsafe(`CREATE PUBLICATION "${o.publication}"`)
+        applied.push(`publication ${o.publication}`)
+      }
+      return applied
+    }).pipe(
+      Effect.catchTag("SqlError", (error) =>
+        Effect.fail(
+          new TransportError({
+            transport: "*",
+            operation: "setup",
+            message: `Setup of the CDC transport failed: ${describeError(error)}`,
+            cause: error
+          })
+        ))
+    )
+
+    const stats: TransportBackend["stats"] = (name) =>
+      Effect.zipRight(
+        lookup(name),
+        Effect.map(Cdc.slotLag(sql, o.slot), ([row]) => ({
+          transport: name,
+          queue: name,
+          ready: 0,
+          delayed: 0,
+          inFlight: 0,
+          failed: 0,
+          oldestReadyAgeMs: null,
+          blockedKeys: 0,
+          slot: row === undefined ? null : {
+            name: o.slot,
+            active: row.active,
+            retainedBytes: Number(row.retainedBytes ?? 0),
+            pendingBytes: Number(row.pendingBytes ?? 0),
+            walStatus: row.walStatus
+          }
+        })).pipe(
+          Effect.mapError((error) =>
+            new TransportError({
+              transport: name,
+              operation: "stats",
+              message: `The CDC transport ${name} could not read its replication slot: ${describeError(error)}`,
+              cause: error
+            })
+          )
+        )
+      )
+
+    const backend: TransportBackend = {
+      names,
+      capabilities: (name) => (o.transports.has(name) ? Option.some(capabilities) : Option.none()),
+      lease: () =>
+        Option.none(),
+      failureTransport: () =>
+        Option.none(),
+      send,
+      open: (wanted) =>
+        Effect.gen(function*() {
+          for (const name of wanted) yield* lookup(name)
+          const name = wanted[0] ?? names[0]!
+          return yield* new UnknownTransportError({
+            transport: name,
+            message: `The transport ${JSON.stringify(name)} is a CDC transport: Debezium carries its events to ` +
+              "Kafka, there is nothing to consume here; consume the Kafka topic with KafkaTransport"
+          })
+        }),
+      ack: (name) => Effect.asVoid(lookup(name)),
+      keepalive: (name) => Effect.asVoid(lookup(name)),
+      start: (message) => Effect.as(lookup(message.transport), true),
+      release: (name) => Effect.asVoid(lookup(name)),
+      retry: (message) => unsupported(message.transport, "retry"),
+      fail: (message) => unsupported(message.transport, "fail"),
+      setup,
+      list: (name) => unsupported(name, "list"),
+      find: (name) => unsupported(name, "find"),
+      remove: (name) => unsupported(name, "remove"),
+      move: (from) => unsupported(from, "move"),
+      stats
+    }
+    return backend
+  })
+
+/**
+ * A layer providing `Transport` and `TransportAdmin` (use `make` under `TransportRouter.layer` beside the table
+ * transport).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (
+  options: Options = {}
+): Layer.Layer<Transport | TransportAdmin, OutboxConfigError, SqlClient.SqlClient> =>
+  Layer.effectContext(Effect.map(make(options), (t) => Context.make(Transport, t).pipe(Context.add(TransportAdmin, t))))
