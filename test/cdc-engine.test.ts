@@ -158,7 +158,6 @@ describe("CDC engines: PostgreSQL → Debezium's Outbox Event Router on Kafka Co
       )
       await query(url, `CREATE PUBLICATION ${publication} FOR TABLE outbox_event WITH (publish = 'insert')`)
 
-      const started = Date.now()
       cleanups.push(() => dropSlot(url, slot), () => deleteConnector(connect, connector))
       await createConnector(connect, connector, connectorConfig(url, { slot, publication, prefix: unique("cdc") }))
       await awaitConnectorRunning(connect, connector)
@@ -166,7 +165,6 @@ describe("CDC engines: PostgreSQL → Debezium's Outbox Event Router on Kafka Co
         `slot ${slot} created`,
         async () => (await query(url, "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", [slot])).length > 0
       )
-      const running = Date.now()
 
       const clients = [new pg.Client({ connectionString: url }), new pg.Client({ connectionString: url })] as const
       await Promise.all(clients.map((client) => client.connect()))
@@ -231,7 +229,6 @@ describe("CDC engines: PostgreSQL → Debezium's Outbox Event Router on Kafka Co
         await admin.close()
       }
       const read = await readUntil(topic, new Set(committed.map((e) => e.id)))
-      const delivered = Date.now()
 
       // Exactly the committed events (a rolled-back one would come before the later ones of its key, and be read).
       expect(read.map((r) => r.headers.id).sort()).toEqual(committed.map((e) => e.id).sort())
@@ -253,10 +250,6 @@ describe("CDC engines: PostgreSQL → Debezium's Outbox Event Router on Kafka Co
       await deleteConnector(connect, connector)
       await dropSlot(url, slot)
       expect(await query(url, "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", [slot])).toEqual([])
-      console.log(
-        `cdc-engine: connector running in ${running - started} ms; ${committed.length} events of ` +
-          `${committed.length > 0 ? 11 : 0} transactions read ${delivered - running} ms after the first commit began`
-      )
     },
     240_000
   )
