@@ -139,7 +139,8 @@ afterEach(async () => {
 
 describe("CDC engines: PostgreSQL → Debezium's Outbox Event Router on Kafka Connect → Kafka", () => {
   it(
-    "the events of committed transactions reach outbox.event.<aggregatetype> in commit order per key, rolled-back ones never, and the table stays empty",
+    "committed transactions' events reach outbox.event.<aggregatetype> in commit order per key, rolled-back ones " +
+      "never, and the table stays empty",
     async () => {
       const connect = kafkaConnectUrl()
       const url = await createDatabase("cdc")
@@ -179,7 +180,8 @@ describe("CDC engines: PostgreSQL → Debezium's Outbox Event Router on Kafka Co
       })
       const insert = (client: pg.Client, e: Event) =>
         client.query(
-          "INSERT INTO outbox_event (id, aggregatetype, aggregateid, type, payload, traceparent) VALUES ($1, $2, $3, $4, $5, $6)",
+          `INSERT INTO outbox_event (id, aggregatetype, aggregateid, type, payload, traceparent)
+           VALUES ($1, $2, $3, $4, $5, $6)`,
           [e.id, e.aggregatetype, e.aggregateid, e.type, JSON.stringify(e.payload), e.traceparent]
         )
       const remove = (client: pg.Client, events: ReadonlyArray<Event>) =>

@@ -75,7 +75,8 @@ const pom = (artifact: string, dependencies: ReadonlyArray<readonly [string, str
   <dependencies>
 ${
     dependencies.map(([group, name, version]) =>
-      `    <dependency><groupId>${group}</groupId><artifactId>${name}</artifactId><version>${version}</version></dependency>`
+      `    <dependency>\n      <groupId>${group}</groupId>\n      <artifactId>${name}</artifactId>\n` +
+      `      <version>${version}</version>\n    </dependency>`
     ).join("\n")
   }
   </dependencies>

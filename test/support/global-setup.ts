@@ -18,7 +18,10 @@ declare module "vitest" {
     kafkaBootstrap: string
     /** Its SASL/SCRAM listener and user; `null` for a `KAFKA_BOOTSTRAP` broker without `KAFKA_SCRAM_*`. */
     kafkaScram: KafkaScram | null
-    /** The Kafka Connect worker's REST URL (with Debezium's PostgreSQL connector); provided when the run holds a CDC test file. */
+    /**
+     * The Kafka Connect worker's REST URL (Debezium's PostgreSQL connector installed); provided when the run holds a
+     * CDC test file.
+     */
     kafkaConnectUrl: string
   }
 }
