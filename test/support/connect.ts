@@ -58,7 +58,7 @@ export interface RunningConnect {
 export interface ConnectOptions {
   /** The Kafka bootstrap (`host:port`) the worker produces to. */
   readonly bootstrap: string
-  /** How long a start may take before it fails (default 240 s: a loaded two-core machine needs 20 to 60 s). */
+  /** How long a start may take before it fails (default 240 s: a loaded two-core machine needs 3 to 15 s). */
   readonly timeoutMs?: number
   /** Properties added to (or replacing) the worker's `worker.properties`. */
   readonly properties?: Readonly<Record<string, string | number | boolean>>
