@@ -136,8 +136,8 @@ const runsKafka = (project: TestProject) => ({ file, source }: RunFile): boolean
 
 /**
  * Whether a test file uses the run's Kafka Connect worker: its source mentions `kafkaConnectUrl`
- * (support/kafka-transport.ts), which such a file must call. Other runs start no worker (another JVM, and 150 to
- * 450 MB of memory); a file that starts a worker of its own (test/leftovers.test.ts) does not count.
+ * (support/kafka-transport.ts), which such a file must call. Other runs start no worker (another JVM: a few seconds of a
+ * core, 180 MB of memory); a file that starts a worker of its own (test/leftovers.test.ts) does not count.
  */
 const runsConnect = ({ source }: RunFile): boolean => source.includes("kafkaConnectUrl")
 
