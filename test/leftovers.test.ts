@@ -13,6 +13,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { launchChromium } from "./support/chromium.js"
 import { spawnScript } from "./support/cli.js"
+import { startConnect } from "./support/connect.js"
 import { startKafka } from "./support/kafka.js"
 import { recordsDir, sweep, track } from "./support/leftovers.js"
 import { startPrivateMariadb } from "./support/mariadb.js"
@@ -65,12 +66,13 @@ describe("leftovers", () => {
   it(
     "every server, browser and child a helper starts is recorded while it runs, and gone with its record once stopped",
     async () => {
-      const [broker, mariadb, postgres, chromium, kafka] = await Promise.all([
+      const [broker, mariadb, postgres, chromium, { connect, kafka }] = await Promise.all([
         startBroker(),
         startPrivateMariadb(),
         startPostgres(),
         launchChromium(),
-        startKafka()
+        // A Kafka Connect worker needs its broker up.
+        startKafka().then(async (kafka) => ({ kafka, connect: await startConnect({ bootstrap: kafka.bootstrap }) }))
       ])
       const child = spawnScript("test/fixtures/idle-child.ts", [], {})
       await child.waitFor(/READY/)
@@ -79,6 +81,7 @@ describe("leftovers", () => {
       const labels = records.map((record) => record.label.split(" ")[0])
       expect(labels.sort()).toEqual([
         "chromium",
+        "connect",
         "kafka",
         "mariadb",
         "postgresql",
@@ -88,11 +91,11 @@ describe("leftovers", () => {
       const pids = records.flatMap((record) => record.processes.map(pidOf)).filter((pid) => pid !== undefined)
       const dirs = records.flatMap((record) => record.dirs)
       // rabbitmq: its script, beam.smp and epmd; mariadb: mariadbd (its pid and pid file); postgres, chromium, the
-      // child, kafka's JVM.
-      expect(pids.length).toBe(9)
+      // child, kafka's JVM, connect's JVM.
+      expect(pids.length).toBe(10)
       expect(pids.every(alive)).toBe(true)
-      expect(dirs).toEqual(expect.arrayContaining([broker.dir, mariadb.dir, postgres.dataDir, kafka.dir]))
-      expect(dirs.length).toBe(6) // and chromium's temporary folder and profile
+      expect(dirs).toEqual(expect.arrayContaining([broker.dir, mariadb.dir, postgres.dataDir, kafka.dir, connect.dir]))
+      expect(dirs.length).toBe(7) // and chromium's temporary folder and profile
       expect(dirs.every((dir) => path.dirname(dir) === os.tmpdir() && fs.existsSync(dir))).toBe(true)
 
       if (holdFile !== undefined) {
@@ -106,14 +109,14 @@ describe("leftovers", () => {
         mariadb.stop(),
         postgres.stop(),
         chromium.close(),
-        kafka.destroy(),
+        connect.destroy().then(kafka.destroy),
         child.exited
       ])
       expect(ownRecords().size).toBe(0)
       expect(pids.filter(alive)).toEqual([])
       expect(dirs.filter((dir) => fs.existsSync(dir))).toEqual([])
     },
-    holdFile === undefined ? 120_000 : 3_600_000
+    holdFile === undefined ? 180_000 : 3_600_000
   )
 
   it("the sweep stops and removes what a killed owner recorded, and nothing of a live owner's", async () => {

@@ -4,8 +4,8 @@
  * Runs `npm run test:integration -- test/leftovers.test.ts` (npm, its shell, vitest, a worker: the chain of
  * `npm test`) in a temporary folder of its own (`TMPDIR`) with a mark in its environment, which every process of
  * the run inherits: the global setup's PostgreSQL, RabbitMQ, MariaDB and Kafka, and in the worker a private RabbitMQ
- * node, MariaDB server, PostgreSQL cluster and Kafka broker, Chromium and a child program (test/leftovers.test.ts holds
- * them all once `OUTBOX_INTERRUPT_READY` names a file). Once they all run, it interrupts the run the two ways it
+ * node, MariaDB server, PostgreSQL cluster, Kafka broker and Kafka Connect worker, Chromium and a child program
+ * (test/leftovers.test.ts holds them all once `OUTBOX_INTERRUPT_READY` names a file). Once they all run, it interrupts the run the two ways it
  * happens:
  *
  * - SIGTERM to npm alone (a CI runner's timeout, `kill <pid>`): npm passes it to its child only;

@@ -2,6 +2,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
 import type { TestProject } from "vitest/node"
+import { ensureConnect } from "./connect.js"
 import { ensureKafka, type KafkaScram } from "./kafka.js"
 import { sweep, track } from "./leftovers.js"
 import { startMariadb } from "./mariadb.js"
@@ -17,6 +18,11 @@ declare module "vitest" {
     kafkaBootstrap: string
     /** Its SASL/SCRAM listener and user; `null` for a `KAFKA_BOOTSTRAP` broker without `KAFKA_SCRAM_*`. */
     kafkaScram: KafkaScram | null
+    /**
+     * The Kafka Connect worker's REST URL (Debezium's PostgreSQL connector installed); provided when the run holds a
+     * CDC test file.
+     */
+    kafkaConnectUrl: string
   }
 }
 
@@ -36,7 +42,10 @@ process.on("exit", () => {
  * Starts one PostgreSQL cluster for the whole run, unless DATABASE_URL names one; finds a RabbitMQ broker: AMQP_URL,
  * a broker on 127.0.0.1:5672, or a private node started here (see support/rabbitmq.ts); a MariaDB server:
  * MYSQL_URL, or a private server started here (see support/mariadb.ts); and, when the run holds a Kafka test file
- * (see `runsKafka`), a Kafka broker: KAFKA_BOOTSTRAP, or a private broker started here (see support/kafka.ts). All
+ * (see `runsKafka`), a Kafka broker: KAFKA_BOOTSTRAP, or a private broker started here (see support/kafka.ts); and,
+ * when it holds a CDC test file (see `runsConnect`), a Kafka Connect worker with Debezium, once the broker is up:
+ * KAFKA_CONNECT_URL, or a private worker started here (see support/connect.ts). PostgreSQL runs with
+ * `wal_level = logical` for Debezium, in every run: the storage tests run on the cluster the CDC tests use. All
  * start at once; what was started here is stopped at the end, or when the run is interrupted (see
  * support/leftovers.ts), and what an earlier run could not stop (it was killed) is stopped first.
  */
@@ -47,23 +56,32 @@ export default async function setup(project: TestProject) {
   const projects = new Set([project.vitest.getRootProject(), ...project.vitest.projects])
   const vitestDirs = track({ label: "vitest", processes: [], dirs: [...projects].map(({ tmpDir }) => tmpDir) })
   const fromEnv = process.env.DATABASE_URL
-  const kafka = await runsKafka(project)
+  const files = await runFiles(project)
+  const connect = files.some(runsConnect)
+  const kafka = connect || files.some(runsKafka(project))
+  const startingKafka = kafka ? ensureKafka() : Promise.resolve(undefined)
   const started = await Promise.allSettled(
     [
-      fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : startPostgres(),
+      fromEnv !== undefined && fromEnv !== "" ? Promise.resolve(undefined) : startPostgres({ logicalDecoding: true }),
       ensureBroker(),
       startMariadb(),
-      kafka ? ensureKafka() : Promise.resolve(undefined)
+      startingKafka,
+      connect
+        ? startingKafka.then((broker) => ensureConnect({ bootstrap: broker!.bootstrap }))
+        : Promise.resolve(undefined)
     ] as const
   )
-  const [pgResult, brokerResult, mariadbResult, kafkaResult] = started
-  const stopAll = () =>
-    Promise.all([
+  const [pgResult, brokerResult, mariadbResult, kafkaResult, connectResult] = started
+  const stopAll = async () => {
+    // The worker before the broker it produces to.
+    await (connectResult.status === "fulfilled" ? connectResult.value?.stop() : undefined)
+    await Promise.all([
       pgResult.status === "fulfilled" ? pgResult.value?.stop() : undefined,
       brokerResult.status === "fulfilled" ? brokerResult.value.stop?.() : undefined,
       mariadbResult.status === "fulfilled" ? mariadbResult.value.stop() : undefined,
       kafkaResult.status === "fulfilled" ? kafkaResult.value?.stop() : undefined
     ])
+  }
   const failed = started.find((result): result is PromiseRejectedResult => result.status === "rejected")
   if (failed !== undefined) {
     await stopAll()
@@ -84,26 +102,44 @@ export default async function setup(project: TestProject) {
     project.provide("kafkaBootstrap", broker.bootstrap)
     project.provide("kafkaScram", broker.scram ?? null)
   }
+  const worker = valueOf(connectResult)
+  if (worker !== undefined) project.provide("kafkaConnectUrl", worker.url)
   return async () => {
     await stopAll()
     vitestDirs.release()
   }
 }
 
+/** A test file of the run: its path and source. */
+interface RunFile {
+  readonly file: string
+  readonly source: string
+}
+
 /**
- * Whether the run holds a test file that uses Kafka: one whose name or source mentions it (a file that imports
- * support/kafka.ts or a Kafka helper does). A run of other files (`npm run test:storage`, a file of its own) starts
- * no broker: it costs a JVM's start, 10 to 30 s of a core. The run's files are the project's files filtered by the
- * command line's filters, as vitest filters them (its `filenamePattern`; without it every file counts).
+ * The run's test files: the project's files filtered by the command line's filters, as vitest filters them (its
+ * `filenamePattern`; without it every file counts).
  */
-const runsKafka = async (project: TestProject): Promise<boolean> => {
+const runFiles = async (project: TestProject): Promise<ReadonlyArray<RunFile>> => {
   const filters = (project.vitest as unknown as { readonly filenamePattern?: ReadonlyArray<string> }).filenamePattern
   const { testFiles } = await project.globTestFiles(filters === undefined ? [] : [...filters])
-  const root = project.config.root
-  return testFiles.some((file) =>
-    /kafka/i.test(path.relative(root, file)) || /kafka/i.test(fs.readFileSync(file, "utf8"))
-  )
+  return testFiles.map((file) => ({ file, source: fs.readFileSync(file, "utf8") }))
 }
+
+/**
+ * Whether a test file uses Kafka: its name or source mentions it (a file that imports support/kafka.ts or a Kafka
+ * helper does). A run of other files (`npm run test:storage`, a file of its own) starts no broker: it costs a JVM's
+ * start, 10 to 30 s of a core.
+ */
+const runsKafka = (project: TestProject) => ({ file, source }: RunFile): boolean =>
+  /kafka/i.test(path.relative(project.config.root, file)) || /kafka/i.test(source)
+
+/**
+ * Whether a test file uses the run's Kafka Connect worker: its source mentions `kafkaConnectUrl`
+ * (support/kafka-transport.ts), which such a file must call. Other runs start no worker (another JVM: a few seconds of a
+ * core, 180 MB of memory); a file that starts a worker of its own (test/leftovers.test.ts) does not count.
+ */
+const runsConnect = ({ source }: RunFile): boolean => source.includes("kafkaConnectUrl")
 
 /** The value of a result known to be fulfilled. */
 const valueOf = <A>(result: PromiseSettledResult<A>): A => (result as PromiseFulfilledResult<A>).value

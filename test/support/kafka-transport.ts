@@ -12,6 +12,12 @@ export const kafkaBootstrap = (): string => inject("kafkaBootstrap")
 /** The SCRAM listener of the test run's broker and its user (`null` for a broker of `KAFKA_BOOTSTRAP` without one). */
 export const kafkaScram = () => inject("kafkaScram")
 
+/**
+ * The REST URL of the test run's Kafka Connect worker (support/connect.ts). The global setup starts the worker only
+ * for a run holding a file that mentions this function's name.
+ */
+export const kafkaConnectUrl = (): string => inject("kafkaConnectUrl")
+
 let names = 0
 
 /** A unique prefix for one test's topics and groups (parallel files and runs share the broker). */

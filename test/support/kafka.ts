@@ -114,7 +114,7 @@ const clusterId = (): string => {
 }
 
 /** Whether an executable named `name` is on PATH. */
-const onPath = (name: string): boolean =>
+export const onPath = (name: string): boolean =>
   (process.env.PATH ?? "").split(path.delimiter).some((dir) => {
     try {
       fs.accessSync(path.join(dir, name), fs.constants.X_OK)
@@ -125,7 +125,7 @@ const onPath = (name: string): boolean =>
   })
 
 /** Java and Maven, installed from Debian when missing and we are root (Debian's maven brings Java 17). */
-const ensureJavaAndMaven = (): void => {
+export const ensureJavaAndMaven = (): void => {
   if (onPath("java") && onPath("mvn")) return
   const hint = "the Kafka tests need Java 17 or later (java) and Maven (mvn) on PATH: apt-get install maven " +
     "openjdk-17-jre-headless, or set KAFKA_BOOTSTRAP to a broker of yours"
@@ -135,7 +135,7 @@ const ensureJavaAndMaven = (): void => {
 }
 
 /** Runs a command in a process group of its own, tracked until it exits; rejects with its output's tail. */
-const run = async (
+export const run = async (
   label: string,
   command: string,
   args: ReadonlyArray<string>,
@@ -234,7 +234,7 @@ logger.state.level = WARN
 const scramMechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"] as const
 
 /** Whether a TCP connection to 127.0.0.1:`port` succeeds (closed at once). */
-const accepts = (port: number): Promise<boolean> =>
+export const accepts = (port: number): Promise<boolean> =>
   new Promise((resolve) => {
     const socket = net.connect({ host: "127.0.0.1", port })
     const done = (ok: boolean) => {
@@ -443,7 +443,8 @@ const readFrom = (file: string, from: number): string => {
   }
 }
 
-const tail = (file: string, from: number, lines = 30): string => {
+/** The last `lines` lines `file` got after byte `from` (a start's own lines), for error messages. */
+export const tail = (file: string, from: number, lines = 30): string => {
   try {
     return readFrom(file, from).split("\n").slice(-lines).join("\n")
   } catch {
