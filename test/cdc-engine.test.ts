@@ -9,10 +9,10 @@ import { Admin, Consumer } from "@platformatic/kafka"
 import { randomBytes, randomUUID } from "node:crypto"
 import pg from "pg"
 import { afterEach, describe, expect, it } from "vitest"
+import { dropSlot, eventually } from "./support/cdc.js"
 import { awaitConnectorRunning, createConnector, deleteConnector } from "./support/connect.js"
 import { createDatabase, query } from "./support/database.js"
 import { kafkaBootstrap, kafkaConnectUrl } from "./support/kafka-transport.js"
-import { sleep } from "./support/leftovers.js"
 
 /** An event row as the Event Router reads it by default, plus the header columns. */
 interface Event {
@@ -69,15 +69,6 @@ const connectorConfig = (
   }
 }
 
-/** Polls `check` until it holds; rejects with `what` after `timeoutMs`. */
-const eventually = async (what: string, check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> => {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`)
-    await sleep(200)
-  }
-}
-
 /** Reads `topic` from its start until every id of `ids` was read; returns every record read. */
 const readUntil = async (topic: string, ids: ReadonlySet<string>): Promise<Array<Read>> => {
   const consumer = new Consumer({
@@ -113,22 +104,6 @@ const readUntil = async (topic: string, ids: ReadonlySet<string>): Promise<Array
     await consumer.close().catch(() => undefined)
   }
   return read
-}
-
-/** Drops a replication slot once its walsender is gone (ended, or terminated after 30 s). */
-const dropSlot = async (url: string, slot: string): Promise<void> => {
-  const state = () =>
-    query<{ active: boolean; pid: number | null }>(
-      url,
-      "SELECT active, active_pid AS pid FROM pg_replication_slots WHERE slot_name = $1",
-      [slot]
-    )
-  await eventually(`slot ${slot} released`, async () => (await state()).every((row) => !row.active), 30_000)
-    .catch(() =>
-      query(url, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1", [slot])
-    )
-  await eventually(`slot ${slot} released`, async () => (await state()).every((row) => !row.active), 30_000)
-  await query(url, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", [slot])
 }
 
 /** What a test left to remove when it failed half-way (the connector and the slot). */

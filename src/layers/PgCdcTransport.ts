@@ -38,73 +38,21 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { OutgoingMessage } from "../domain/Envelope.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
-import * as Identifier from "../domain/Identifier.js"
 import { describeError } from "../internal/describeError.js"
 import { noCapabilities, unknownTransport } from "../internal/transports.js"
 import { type Capabilities, Transport } from "../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
+import * as CdcConnector from "./pg/cdcConnector.js"
+import { type Options, resolve } from "./pg/cdcOptions.js"
 import { isStorageUnusable, storageNotReady } from "./pg/errors.js"
 import * as Cdc from "./pg/sql/cdc.js"
 
-/**
- * The default name of a CDC transport (`cdc`).
- *
- * @since 0.1.0
- * @category constants
- */
-export const defaultTransport = "cdc"
+export type { Connector, ConnectorOptions } from "./pg/cdcConnector.js"
+export { toProperties } from "./pg/cdcConnector.js"
+export type { Mode, Options, Resolved, TransportOptions } from "./pg/cdcOptions.js"
+export { resolve } from "./pg/cdcOptions.js"
 
-/**
- * How events are written: rows inserted and deleted (`table`), or logical decoding messages (`message`).
- *
- * @since 0.1.0
- * @category models
- */
-export type Mode = "table" | "message"
-
-/**
- * Options of one CDC transport.
- *
- * @since 0.1.0
- * @category models
- */
-export interface TransportOptions {
-  /**
-   * The events' `aggregatetype`, which the Event Router turns into the topic (`outbox.event.<aggregatetype>` by
-   * default): a fixed name, or one derived from the message type. Default: the transport's name.
-   */
-  readonly aggregateType?: string | ((type: string) => string)
-}
-
-/**
- * Options: the transports it serves (default `{ cdc: {} }`), the event table (default `outbox_events`), the
- * publication and the replication slot the connector uses (defaults `<table>_publication`, `<table>_slot`), the
- * mode (default `table`), the logical messages' prefix (default `effect-outbox`) and the role the connector logs
- * in as (default: this client's), whose right to replicate `setup` checks.
- *
- * @since 0.1.0
- * @category models
- */
-export interface Options {
-  readonly transports?: Readonly<Record<string, TransportOptions>>
-  readonly table?: string
-  readonly publication?: string
-  readonly slot?: string
-  readonly mode?: Mode
-  readonly messagePrefix?: string
-  readonly connectorRole?: string
-}
-
-/** The options with their defaults, validated. @internal */
-export interface Resolved {
-  readonly transports: ReadonlyMap<string, (type: string) => string>
-  readonly table: string
-  readonly publication: string
-  readonly slot: string
-  readonly mode: Mode
-  readonly messagePrefix: string
-  readonly connectorRole: string | undefined
-}
+export { defaultTransport } from "./pg/cdcOptions.js"
 
 /**
  * What a CDC transport does: none of what a store does, but ordering keys (a key's events reach one partition in
@@ -114,70 +62,6 @@ export interface Resolved {
  * @category constants
  */
 export const capabilities: Capabilities = { ...noCapabilities, orderingKeys: true }
-
-const slotPattern = /^[a-z0-9_]{1,63}$/
-
-/**
- * Resolves and validates the options (names as PostgreSQL takes them: a replication slot is lower case).
- *
- * @since 0.1.0
- * @category constructors
- */
-export const resolve = (options: Options = {}): Effect.Effect<Resolved, OutboxConfigError> =>
-  Effect.gen(function*() {
-    const entries = Object.entries(options.transports ?? { [defaultTransport]: {} })
-    if (entries.length === 0) return yield* new OutboxConfigError({ message: "PgCdcTransport: no transport to serve" })
-    const transports = new Map<string, (type: string) => string>()
-    for (const [name, o] of entries) {
-      yield* Identifier.validateQueueName(name)
-      const aggregateType = o.aggregateType ?? name
-      if (typeof aggregateType === "string" && !/^[A-Za-z0-9_.-]{1,200}$/.test(aggregateType)) {
-        return yield* new OutboxConfigError({
-          message: `PgCdcTransport ${name}: aggregateType ${JSON.stringify(aggregateType)} must be 1-200 letters, ` +
-            "digits, '_', '.' or '-' (it names a Kafka topic)"
-        })
-      }
-      transports.set(name, typeof aggregateType === "string" ? () => aggregateType : aggregateType)
-    }
-    const table = yield* Identifier.validateTableName(options.table ?? "outbox_events")
-    const base = table.replace(".", "_")
-    const publication = options.publication ?? `${base}_publication`
-    const slot = options.slot ?? `${base}_slot`
-    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(publication)) {
-      return yield* new OutboxConfigError({
-        message: `PgCdcTransport: invalid publication name ${JSON.stringify(publication)}: letters, digits and ` +
-          "underscores, not starting with a digit, at most 63 characters"
-      })
-    }
-    if (!slotPattern.test(slot)) {
-      return yield* new OutboxConfigError({
-        message: `PgCdcTransport: invalid replication slot name ${JSON.stringify(slot)}: lower-case letters, digits ` +
-          "and underscores, at most 63 characters"
-      })
-    }
-    const mode = options.mode ?? "table"
-    if (mode !== "table" && mode !== "message") {
-      return yield* new OutboxConfigError({
-        message: `PgCdcTransport: mode must be "table" or "message", got ${JSON.stringify(mode)}`
-      })
-    }
-    const messagePrefix = options.messagePrefix ?? "effect-outbox"
-    if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(messagePrefix)) {
-      return yield* new OutboxConfigError({
-        message: `PgCdcTransport: invalid messagePrefix ${JSON.stringify(messagePrefix)}: 1-100 letters, digits, ` +
-          "'_', '.', ':' or '-'"
-      })
-    }
-    return {
-      transports,
-      table,
-      publication,
-      slot,
-      mode,
-      messagePrefix,
-      connectorRole: options.connectorRole
-    }
-  })
 
 /**
  * Builds the transport on the `SqlClient` in context. `send` runs on the caller's connection: inside
@@ -294,7 +178,7 @@ export const make = (
         })
       }
       const applied: Array<string> = []
-      if (o.mode === "table") {
+      if (o.mode === "table" && (yield* Cdc.tableExists(sql, o.table))[0]!.n === 0) {
         yield* Cdc.createTable(sql, o.table)
         applied.push(`table ${o.table}`)
       }
@@ -383,6 +267,19 @@ export const make = (
     }
     return backend
   })
+
+/**
+ * The Debezium connector that carries the transport's events: its name and configuration for Kafka Connect's REST
+ * API (`PUT /connectors/<name>/config`); `toProperties` writes it for a standalone worker.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const connectorConfig = (
+  options: Options,
+  connector: CdcConnector.ConnectorOptions
+): Effect.Effect<CdcConnector.Connector, OutboxConfigError> =>
+  Effect.flatMap(resolve(options), (o) => CdcConnector.connector(o, connector))
 
 /**
  * A layer providing `Transport` and `TransportAdmin` (use `make` under `TransportRouter.layer` beside the table

@@ -43,6 +43,10 @@ export const createTable = (sql: SqlClient.SqlClient, table: string) =>
   available_at bigint
 )`)
 
+/** Whether the table exists. @internal */
+export const tableExists = (sql: SqlClient.SqlClient, table: string) =>
+  sql<{ readonly n: number }>`SELECT (to_regclass(${quote(table)}) IS NOT NULL)::int AS n`
+
 /** Whether a publication of that name exists. @internal */
 export const publicationExists = (sql: SqlClient.SqlClient, publication: string) =>
   sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_publication WHERE pubname = ${publication}`
