@@ -19,11 +19,13 @@ import * as PgIdempotencyStore from "../src/layers/PgIdempotencyStore.js"
 import * as PgTransport from "../src/layers/PgTransport.js"
 import * as ScheduleRetryStrategy from "../src/layers/ScheduleRetryStrategy.js"
 import * as TransportRouter from "../src/layers/TransportRouter.js"
+import * as Cli from "../src/programs/Cli.js"
 import * as Worker from "../src/programs/worker/Worker.js"
 import * as Handlers from "../src/services/Handlers.js"
 import * as Outbox from "../src/services/Outbox.js"
 import { TransportAdmin } from "../src/services/TransportAdmin.js"
 import { dropSlot, eventually } from "./support/cdc.js"
+import { runCli } from "./support/cli.js"
 import { awaitConnectorRunning, createConnector, deleteConnector } from "./support/connect.js"
 import { createDatabase, pgLayer, query } from "./support/database.js"
 import { uniqueTable } from "./support/harness.js"
@@ -190,6 +192,41 @@ describe("PgCdcTransport on PostgreSQL", () => {
         expect(missing.message).toContain("role nobody_here does not exist")
         const invalid = yield* Effect.flip(PgCdcTransport.resolve({ slot: "Bad-Slot" }))
         expect(invalid.message).toContain("invalid replication slot name")
+      }).pipe(quiet),
+    60_000
+  )
+
+  it.live(
+    "the command line: setup-transports creates the event table and publication, stats shows the slot, cdc:connector prints the connector",
+    () =>
+      Effect.gen(function*() {
+        const url = yield* Effect.promise(() => createDatabase("cdc"))
+        const n = names()
+        const cli = Cli.make({
+          transport: { table: uniqueTable("outbox") },
+          cdc: { table: n.table, publication: n.publication, slot: n.slot }
+        })
+        const setup = yield* runCli(cli, ["setup-transports", "--dsn", url])
+        expect(setup.exit._tag, setup.stderr).toBe("Success")
+        expect(setup.stdout).toContain(`publication ${n.publication}`)
+        const missing = yield* runCli(cli, ["stats", "cdc", "--dsn", url])
+        expect(missing.stdout).toMatch(/cdc\s+\|\s+missing/)
+        yield* Effect.promise(() =>
+          query(url, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", [n.slot])
+        )
+        cleanups.push(() => dropSlot(url, n.slot))
+        const stats = yield* runCli(cli, ["stats", "cdc", "--dsn", url, "--format", "json"])
+        expect(JSON.parse(stats.stdout).transports.cdc.slot).toMatchObject({ name: n.slot, active: false })
+        const rest = yield* runCli(cli, ["cdc:connector", "--dsn", url, "--name", "shop-cdc"])
+        expect(rest.exit._tag, rest.stderr).toBe("Success")
+        const connector = JSON.parse(rest.stdout)
+        expect(connector.name).toBe("shop-cdc")
+        expect(connector.config["slot.name"]).toBe(n.slot)
+        expect(connector.config["database.dbname"]).toBe(new URL(url).pathname.slice(1))
+        expect(connector.config["database.password"]).toMatch(/^\$\{file:/)
+        const properties = yield* runCli(cli, ["cdc:connector", "--dsn", url, "--properties", "--with-password"])
+        expect(properties.stdout.split("\n")[0]).toBe("name=effect-outbox-cdc")
+        expect(properties.stdout).toContain(`database.password=${decodeURIComponent(new URL(url).password)}`)
       }).pipe(quiet),
     60_000
   )

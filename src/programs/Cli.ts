@@ -19,6 +19,7 @@ import type * as Redacted from "effect/Redacted"
 import { describeError } from "../internal/describeError.js"
 import type * as AmqpTransport from "../layers/amqp/AmqpTransport.js"
 import type * as KafkaTransport from "../layers/kafka/KafkaTransport.js"
+import type * as PgCdcTransport from "../layers/PgCdcTransport.js"
 import type * as PgIdempotencyStore from "../layers/PgIdempotencyStore.js"
 import type * as PgTransport from "../layers/PgTransport.js"
 import type * as ScheduleRetryStrategy from "../layers/ScheduleRetryStrategy.js"
@@ -26,6 +27,7 @@ import type { Handlers } from "../services/Handlers.js"
 import type { IdempotencyStore } from "../services/IdempotencyStore.js"
 import type { Transport } from "../services/Transport.js"
 import * as Argv from "./cli/argv.js"
+import * as Cdc from "./cli/cdc.js"
 import * as Commands from "./cli/commands.js"
 import * as DashboardCommand from "./cli/dashboard.js"
 import * as Environment from "./cli/environment.js"
@@ -81,6 +83,12 @@ export interface CliOptions {
   readonly kafka?:
     & Omit<KafkaTransport.Options, "brokers">
     & { readonly brokers?: string | ReadonlyArray<string> | Redacted.Redacted<string> }
+  /**
+   * A CDC transport served beside the table (`PgCdcTransport`, through `TransportRouter`): `setup-transports`
+   * checks the server and creates its event table and publication, `stats` shows its replication slot, and
+   * `cdc:connector` prints the Debezium connector that carries it.
+   */
+  readonly cdc?: PgCdcTransport.Options
   readonly retry?: ScheduleRetryStrategy.Options
   /** Extra commands mounted beside the built-in ones. */
   readonly commands?: ReadonlyArray<Command.Command<string, never, unknown, unknown>>
@@ -102,6 +110,7 @@ export const make = (options: CliOptions = {}) => {
     ...builtIn,
     ...(environment.idempotencyOptions === undefined ? [] : [idempotencyPurge]),
     ...(options.handlers === undefined ? [] : [consume(options.handlers)]),
+    ...(options.cdc === undefined ? [] : [Cdc.make(options.cdc)]),
     ...(options.commands ?? [])
   ] as unknown as readonly [typeof setupTransports]
   return Command.make("outbox").pipe(

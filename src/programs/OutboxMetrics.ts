@@ -180,6 +180,28 @@ export const consumerLag = Metric.gauge("outbox_consumer_lag", {
   description: "Records of a partition its consumer group has not committed yet (Kafka), sampled"
 })
 
+/**
+ * The WAL a CDC transport's replication slot makes the server keep (label `transport`, `slot`), and whether a
+ * connector reads it (`outbox_cdc_slot_active`, 1 or 0) — sampled. A stopped connector makes the first grow until
+ * the disk is full, or until `max_slot_wal_keep_size` invalidates the slot.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const slotRetainedBytes = Metric.gauge("outbox_cdc_slot_retained_bytes", {
+  description: "WAL bytes a CDC transport's replication slot retains (from its restart point), sampled"
+})
+
+/**
+ * Whether a connector reads a CDC transport's replication slot (1) or not (0) — sampled.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const slotActive = Metric.gauge("outbox_cdc_slot_active", {
+  description: "1 while a connector reads a CDC transport's replication slot, 0 when none does, sampled"
+})
+
 /** The labels arrays handed out: by transport, by the second label's name ("" for none), by its value. */
 const labelsCache = new Map<string, Map<string, Map<string, ReadonlyArray<MetricLabel.MetricLabel>>>>()
 
@@ -255,6 +277,11 @@ export const sampleQueuesOnce = (
               MetricLabelModule.make("topic", p.topic),
               MetricLabelModule.make("partition", String(p.partition))
             ])
+          }
+          if (stats.slot !== undefined && stats.slot !== null) {
+            const labels = labelsOf(transport, "slot", stats.slot.name)
+            slotRetainedBytes.unsafeUpdate(stats.slot.retainedBytes, labels)
+            slotActive.unsafeUpdate(stats.slot.active ? 1 : 0, labels)
           }
         }), { discard: true })
   )

@@ -215,11 +215,15 @@ export const make = (options: CliOptions, environment: Environment) => {
         Effect.gen(function*() {
           const { admin, transport } = yield* opened(o.transports)
           const { table } = yield* Deployment
-          const failureOf = (name: string) => Option.getOrElse(transport.failureTransport(name), () => name)
-          const failureNames = new Set(transport.names.map(failureOf))
+          // A transport without a failure transport (sync, CDC) is no one's failure transport either.
+          const failureOf = (name: string) => Option.getOrUndefined(transport.failureTransport(name))
+          const isDefined = (name: string | undefined): name is string => name !== undefined
+          const failureNames = new Set(transport.names.map(failureOf).filter(isDefined))
           const names = o.transports.length > 0 ? o.transports : transport.names
           const queues = names.filter((name) => !failureNames.has(name))
-          const failures = [...new Set([...names.filter((name) => failureNames.has(name)), ...queues.map(failureOf)])]
+          const failures = [
+            ...new Set([...names.filter((name) => failureNames.has(name)), ...queues.map(failureOf).filter(isDefined)])
+          ]
           const counts = new Map<string, TransportStats>()
           for (const name of new Set([...queues, ...failures])) counts.set(name, yield* admin.stats(name))
           // Who each failure queue's messages failed from: read from their headers where the queue can be browsed.
@@ -230,7 +234,8 @@ export const make = (options: CliOptions, environment: Environment) => {
             origins.set(name, new Map(from.map((row) => [row.transport, row.count])))
           }
           const failedFrom = (name: string): number | null => {
-            const from = origins.get(failureOf(name))
+            const failure = failureOf(name)
+            const from = failure === undefined ? undefined : origins.get(failure)
             return from === undefined ? null : from.get(name) ?? 0
           }
           const failureRows = failures.filter((name) => names.includes(name)).map((name) => {
@@ -296,6 +301,26 @@ export const make = (options: CliOptions, environment: Environment) => {
                   String(p.lag)
                 ])
               )
+            ))
+          }
+          const slots = queues.filter((name) => counts.get(name)!.slot !== undefined)
+          if (slots.length > 0) {
+            yield* Console.log("")
+            yield* Console.log(renderTable(
+              ["Transport", "Replication slot", "Connector", "WAL retained", "Not confirmed", "WAL status"],
+              slots.map((name) => {
+                const slot = counts.get(name)!.slot
+                return slot === null || slot === undefined
+                  ? [name, "missing", "-", "-", "-", "-"]
+                  : [
+                    name,
+                    slot.name,
+                    slot.active ? "reading" : "none",
+                    formatBytes(slot.retainedBytes),
+                    formatBytes(slot.pendingBytes),
+                    slot.walStatus ?? "-"
+                  ]
+              })
             ))
           }
           if (failureRows.length > 0) {

@@ -6,6 +6,7 @@
  *
  * @internal
  */
+import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
@@ -98,7 +99,8 @@ export const make = (options: CliOptions) => {
   /** The names the brokers serve beside the table (`Cli.make({ amqp, kafka })`): never taken for a queue of the table. */
   const brokerNames = [
     ...(options.amqp === undefined ? [] : Object.keys(options.amqp.transports ?? { amqp: {} })),
-    ...(options.kafka === undefined ? [] : Object.keys(options.kafka.transports ?? { kafka: {} }))
+    ...(options.kafka === undefined ? [] : Object.keys(options.kafka.transports ?? { kafka: {} })),
+    ...(options.cdc === undefined ? [] : Object.keys(options.cdc.transports ?? { cdc: {} }))
   ]
 
   /**
@@ -165,10 +167,10 @@ export const make = (options: CliOptions) => {
   const served = (resolved: Resolved) =>
     Effect.gen(function*() {
       const dialect = yield* CliDialect
-      if (options.amqp === undefined && options.kafka === undefined) {
+      if (options.amqp === undefined && options.kafka === undefined && options.cdc === undefined) {
         return backendLayer(dialect.transport(resolved.options))
       }
-      const brokers: Array<Effect.Effect<TransportBackend, OutboxConfigError, Scope.Scope>> = []
+      const brokers: Array<Effect.Effect<TransportBackend, OutboxConfigError, Scope.Scope | SqlClient.SqlClient>> = []
       if (options.amqp !== undefined) {
         const { url: explicit, ...amqp } = options.amqp
         const url = explicit ?? (yield* Config.redacted("AMQP_URL").pipe(
@@ -187,6 +189,13 @@ export const make = (options: CliOptions) => {
           () => import("../../layers/kafka/KafkaTransport.js")
         )
         brokers.push(KafkaTransport.make({ ...kafka, brokers: bootstrap }))
+      }
+      if (options.cdc !== undefined) {
+        if (dialect.name !== "PostgreSQL") {
+          return yield* fail("The CDC transport (Cli.make({ cdc })) runs on PostgreSQL")
+        }
+        const PgCdcTransport = yield* Effect.promise(() => import("../../layers/PgCdcTransport.js"))
+        brokers.push(PgCdcTransport.make(options.cdc))
       }
       return TransportRouter.layer(dialect.transport(resolved.options), ...brokers)
     })
