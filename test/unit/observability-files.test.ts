@@ -130,11 +130,14 @@ const declaredMetrics = [
 let exported: Exported
 
 /**
- * Families only a Kafka transport's stats report (a consumer group's lag per partition), with the labels their
- * update in `OutboxMetrics.sampleQueues` gives them: the memory run cannot export them.
+ * Families only a Kafka transport's stats report (a consumer group's lag per partition) or a CDC transport's (its
+ * replication slot), with the labels their update in `OutboxMetrics.sampleQueues` gives them: the memory run cannot
+ * export them.
  */
 const kafkaOnly: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }> = [
-  { name: "outbox_consumer_lag", labels: ["transport", "topic", "partition"] }
+  { name: "outbox_consumer_lag", labels: ["transport", "topic", "partition"] },
+  { name: "outbox_cdc_slot_retained_bytes", labels: ["transport", "slot"] },
+  { name: "outbox_cdc_slot_active", labels: ["transport", "slot"] }
 ]
 
 beforeAll(async () => {
@@ -363,7 +366,9 @@ describe("examples/observability", () => {
       "OutboxFailureQueueGrowing",
       "OutboxOrderingKeysBlocked",
       "OutboxWorkerLoopRestarts",
-      "OutboxQueueMetricsAbsent"
+      "OutboxQueueMetricsAbsent",
+      "OutboxCdcSlotRetainsWal",
+      "OutboxCdcSlotInactive"
     ])
     for (const rule of rules) {
       expect(Object.keys(rule).filter((key) => !["alert", "expr", "for", "labels", "annotations"].includes(key)))
