@@ -10,6 +10,7 @@ import * as Option from "effect/Option"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import { defaultFailureTransport } from "../domain/Routing.js"
 import type { Capabilities } from "../services/Transport.js"
+import type { TransportBackend } from "../services/TransportAdmin.js"
 
 /** The one error for a transport name nobody serves, naming the known ones. @internal */
 export const unknownTransport = (name: string, known: Iterable<string>): UnknownTransportError =>
@@ -121,4 +122,63 @@ export const checkOwnFailureTransports = (
     }
   }
   return Effect.void
+}
+
+/**
+ * The operations of a backend that stores nothing a worker could consume or an operator browse (the sync and CDC
+ * transports): no leases, no failure transport, acks and releases that only check the name, and a worker's
+ * session, retries, failures and the operator's reads refused with the backend's own words.
+ *
+ * @internal
+ */
+export const storesNothing = (options: {
+  readonly names: ReadonlyArray<string>
+  readonly lookup: (name: string) => Effect.Effect<unknown, UnknownTransportError>
+  /** Why `operation` is not supported on transport `name`. */
+  readonly unsupported: (name: string, operation: string) => string
+  /** Why a worker has nothing to consume on transport `name`. */
+  readonly nothingToConsume: (name: string) => string
+}): Pick<
+  TransportBackend,
+  | "lease"
+  | "failureTransport"
+  | "open"
+  | "ack"
+  | "keepalive"
+  | "start"
+  | "release"
+  | "retry"
+  | "fail"
+  | "list"
+  | "find"
+  | "remove"
+  | "move"
+> => {
+  const { lookup } = options
+  const unsupported = (name: string, operation: string) =>
+    Effect.zipRight(
+      lookup(name),
+      Effect.fail(new TransportError({ transport: name, operation, message: options.unsupported(name, operation) }))
+    )
+  return {
+    lease: () => Option.none(),
+    // Nothing of it fails into a queue: its failures go back to the caller.
+    failureTransport: () => Option.none(),
+    open: (wanted) =>
+      Effect.gen(function*() {
+        for (const name of wanted) yield* lookup(name)
+        const name = wanted[0] ?? options.names[0]!
+        return yield* new UnknownTransportError({ transport: name, message: options.nothingToConsume(name) })
+      }),
+    ack: (name) => Effect.asVoid(lookup(name)),
+    keepalive: (name) => Effect.asVoid(lookup(name)),
+    start: (message) => Effect.as(lookup(message.transport), true),
+    release: (name) => Effect.asVoid(lookup(name)),
+    retry: (message) => unsupported(message.transport, "retry"),
+    fail: (message) => unsupported(message.transport, "fail"),
+    list: (name) => unsupported(name, "list"),
+    find: (name) => unsupported(name, "find"),
+    remove: (name) => unsupported(name, "remove"),
+    move: (from) => unsupported(from, "move")
+  }
 }

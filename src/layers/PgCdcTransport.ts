@@ -37,9 +37,9 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { OutgoingMessage } from "../domain/Envelope.js"
-import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
+import { OutboxConfigError, TransportError } from "../domain/Errors.js"
 import { describeError } from "../internal/describeError.js"
-import { noCapabilities, unknownTransport } from "../internal/transports.js"
+import { noCapabilities, storesNothing, unknownTransport } from "../internal/transports.js"
 import { type Capabilities, Transport } from "../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
 import * as CdcConnector from "./pg/cdcConnector.js"
@@ -82,18 +82,6 @@ export const make = (
       const found = o.transports.get(name)
       return found !== undefined ? Effect.succeed(found) : Effect.fail(unknownTransport(name, names))
     }
-    const unsupported = (name: string, operation: string) =>
-      Effect.zipRight(
-        lookup(name),
-        Effect.fail(
-          new TransportError({
-            transport: name,
-            operation,
-            message: `${operation} is not supported by the CDC transport ${name}: it stores no message, Debezium ` +
-              "carries its events to Kafka"
-          })
-        )
-      )
     const failure = (name: string, operation: string) => (error: SqlError) =>
       isStorageUnusable(error)
         ? storageNotReady(o.table, error)
@@ -237,32 +225,18 @@ export const make = (
     const backend: TransportBackend = {
       names,
       capabilities: (name) => (o.transports.has(name) ? Option.some(capabilities) : Option.none()),
-      lease: () =>
-        Option.none(),
-      failureTransport: () =>
-        Option.none(),
+      ...storesNothing({
+        names,
+        lookup,
+        unsupported: (name, operation) =>
+          `${operation} is not supported by the CDC transport ${name}: it stores no message, Debezium carries ` +
+          "its events to Kafka",
+        nothingToConsume: (name) =>
+          `The transport ${JSON.stringify(name)} is a CDC transport: Debezium carries its events to Kafka, there ` +
+          "is nothing to consume here; consume the Kafka topic with KafkaTransport"
+      }),
       send,
-      open: (wanted) =>
-        Effect.gen(function*() {
-          for (const name of wanted) yield* lookup(name)
-          const name = wanted[0] ?? names[0]!
-          return yield* new UnknownTransportError({
-            transport: name,
-            message: `The transport ${JSON.stringify(name)} is a CDC transport: Debezium carries its events to ` +
-              "Kafka, there is nothing to consume here; consume the Kafka topic with KafkaTransport"
-          })
-        }),
-      ack: (name) => Effect.asVoid(lookup(name)),
-      keepalive: (name) => Effect.asVoid(lookup(name)),
-      start: (message) => Effect.as(lookup(message.transport), true),
-      release: (name) => Effect.asVoid(lookup(name)),
-      retry: (message) => unsupported(message.transport, "retry"),
-      fail: (message) => unsupported(message.transport, "fail"),
       setup,
-      list: (name) => unsupported(name, "list"),
-      find: (name) => unsupported(name, "find"),
-      remove: (name) => unsupported(name, "remove"),
-      move: (from) => unsupported(from, "move"),
       stats
     }
     return backend

@@ -55,7 +55,7 @@ import * as Identifier from "../domain/Identifier.js"
 import type * as Outcome from "../domain/Outcome.js"
 import { SyncHandlingError } from "../domain/SyncErrors.js"
 import { describeError } from "../internal/describeError.js"
-import { noCapabilities, unknownTransport } from "../internal/transports.js"
+import { noCapabilities, storesNothing, unknownTransport } from "../internal/transports.js"
 import * as Handle from "../programs/worker/handle.js"
 import { Handlers, type HandlersShape } from "../services/Handlers.js"
 import type { RetryStrategyShape } from "../services/RetryStrategy.js"
@@ -145,19 +145,6 @@ const makeWith = (
 
     const lookup = (name: string): Effect.Effect<void, UnknownTransportError> =>
       served.has(name) ? Effect.void : Effect.fail(unknownTransport(name, names))
-    const unsupported = (name: string, operation: string) =>
-      Effect.zipRight(
-        lookup(name),
-        Effect.fail(
-          new TransportError({
-            transport: name,
-            operation,
-            message: `${operation} is not supported by the sync transport ${name}: it stores no message, its ` +
-              "messages are handled when they are dispatched"
-          })
-        )
-      )
-
     /** Handles one message as the worker would handle it claimed from `name`; fails with the outcome's reason. */
     const handleOne = (name: string, message: OutgoingMessage, registry: HandlersShape) =>
       Effect.gen(function*() {
@@ -206,31 +193,18 @@ const makeWith = (
     const backend: TransportBackend = {
       names,
       capabilities: (name) => (served.has(name) ? Option.some(capabilities) : Option.none()),
-      lease: () => Option.none(),
-      // Nothing of it fails into a queue: its failures go back to the caller.
-      failureTransport: () => Option.none(),
+      ...storesNothing({
+        names,
+        lookup,
+        unsupported: (name, operation) =>
+          `${operation} is not supported by the sync transport ${name}: it stores no message, its messages are ` +
+          "handled when they are dispatched",
+        nothingToConsume: (name) =>
+          `The transport ${JSON.stringify(name)} is a sync transport: its messages are handled when they are ` +
+          "dispatched, there is nothing to consume; remove it from the worker's transports"
+      }),
       send,
-      open: (wanted) =>
-        Effect.gen(function*() {
-          for (const name of wanted) yield* lookup(name)
-          const name = wanted[0] ?? names[0]!
-          return yield* new UnknownTransportError({
-            transport: name,
-            message: `The transport ${JSON.stringify(name)} is a sync transport: its messages are handled when ` +
-              "they are dispatched, there is nothing to consume; remove it from the worker's transports"
-          })
-        }),
-      ack: (name) => lookup(name),
-      keepalive: (name) => lookup(name),
-      start: (message) => Effect.as(lookup(message.transport), true),
-      release: (name) => lookup(name),
-      retry: (message) => unsupported(message.transport, "retry"),
-      fail: (message) => unsupported(message.transport, "fail"),
       setup: Effect.succeed([]),
-      list: (name) => unsupported(name, "list"),
-      find: (name) => unsupported(name, "find"),
-      remove: (name) => unsupported(name, "remove"),
-      move: (from) => unsupported(from, "move"),
       stats: (name) =>
         Effect.as(lookup(name), {
           transport: name,

@@ -21,14 +21,14 @@
  * restarts it creates its connector again. The JVM and the folder are tracked (support/leftovers.ts): they go when
  * the test process ends, however it ends.
  */
-import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
-import { ensureJavaAndMaven, jarsCacheDir, onPath, run, tail } from "./kafka.js"
-import { alive, sleep, track, type Tracked } from "./leftovers.js"
+import { copyDependencies, ensureJavaAndMaven, jvmServer, onPath, pom, sweepStaging } from "./jvm.js"
+import { jarsCacheDir } from "./kafka.js"
+import { sleep } from "./leftovers.js"
 
 /** The Connect runtime's version (4.3.x: see the module's comment). */
 export const connectVersion = "4.3.2"
@@ -63,25 +63,6 @@ export interface ConnectOptions {
   /** Properties added to (or replacing) the worker's `worker.properties`. */
   readonly properties?: Readonly<Record<string, string | number | boolean>>
 }
-
-const pom = (artifact: string, dependencies: ReadonlyArray<readonly [string, string, string]>) =>
-  `<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local</groupId>
-  <artifactId>${artifact}</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-${
-    dependencies.map(([group, name, version]) =>
-      `    <dependency>\n      <groupId>${group}</groupId>\n      <artifactId>${name}</artifactId>\n` +
-      `      <version>${version}</version>\n    </dependency>`
-    ).join("\n")
-  }
-  </dependencies>
-</project>
-`
 
 const runtimePom = pom("effect-outbox-kafka-connect", [
   ["org.apache.kafka", "connect-runtime", connectVersion],
@@ -121,35 +102,13 @@ export const ensureConnectJars = async (): Promise<{ readonly lib: string; reado
   if (complete(dir)) return found
   ensureJavaAndMaven()
   const parent = path.dirname(dir)
-  fs.mkdirSync(parent, { recursive: true })
-  for (const name of fs.readdirSync(parent)) {
-    const owner = /^resolve-(\d+)-/.exec(name)
-    if (owner !== null && !alive(Number(owner[1]))) fs.rmSync(path.join(parent, name), { recursive: true, force: true })
-  }
+  sweepStaging(parent)
   const staging = path.join(parent, `resolve-${process.pid}-${randomBytes(4).toString("hex")}`)
   const out = path.join(staging, "out")
   const plugin = path.join(out, "plugins", "debezium-postgres")
-  fs.mkdirSync(staging)
   try {
-    const resolve = (name: string, text: string, outputDirectory: string) => {
-      fs.mkdirSync(path.join(staging, name))
-      fs.writeFileSync(path.join(staging, name, "pom.xml"), text)
-      return run(`mvn (${name} jars)`, "nice", [
-        "-n",
-        "19",
-        "mvn",
-        "-q",
-        "-B",
-        "dependency:copy-dependencies",
-        `-DoutputDirectory=${outputDirectory}`,
-        "-DincludeScope=runtime"
-      ], {
-        cwd: path.join(staging, name),
-        output: path.join(staging, `${name}.log`),
-        // No hsperfdata file in /tmp, which a killed Maven would leave.
-        env: { ...process.env, MAVEN_OPTS: `${process.env.MAVEN_OPTS ?? ""} -XX:-UsePerfData`.trim() }
-      })
-    }
+    const resolve = (name: string, text: string, outputDirectory: string) =>
+      copyDependencies(`mvn (${name} jars)`, path.join(staging, name), text, outputDirectory)
     await Promise.all([
       resolve("connect", runtimePom, path.join(out, "lib")),
       resolve("debezium", pluginPom, plugin)
@@ -194,13 +153,19 @@ export const startConnect = async (options: ConnectOptions): Promise<RunningConn
   const url = `http://127.0.0.1:${port}`
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-connect-${port}-`))
   const label = `connect ${port}`
-  let child: { readonly process: ChildProcess; exited: boolean } | undefined
-  const leftover = (pids: ReadonlyArray<number>) => ({
+  const config = path.join(dir, "worker.properties")
+  const server = jvmServer({
     label,
-    processes: pids.map((pid) => ({ pid, group: true })),
-    dirs: [dir]
+    what: "Kafka Connect",
+    dir,
+    lib,
+    log: path.join(dir, "connect.log"),
+    log4j,
+    heap: ["-Xms128m", "-Xmx512m"],
+    main: ["org.apache.kafka.connect.cli.ConnectStandalone", config],
+    timeoutMs,
+    ready: () => healthy(url)
   })
-  const tracked: Tracked = track(leftover([]))
   const properties: Record<string, string | number | boolean> = {
     "bootstrap.servers": options.bootstrap,
     "listeners": url,
@@ -219,93 +184,21 @@ export const startConnect = async (options: ConnectOptions): Promise<RunningConn
     "producer.linger.ms": 5,
     ...options.properties
   }
-  const config = path.join(dir, "worker.properties")
-  const logConfig = path.join(dir, "log4j2.properties")
-  const log = path.join(dir, "connect.log")
-  const javaTmp = path.join(dir, "tmp")
-  // The JVM's own files stay in the folder: native libraries unpacked by the compression codecs (java.io.tmpdir),
-  // and no hsperfdata file in /tmp, which a killed JVM would leave.
-  const jvm = [
-    "-Xms128m",
-    "-Xmx512m",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:-UsePerfData",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Djava.awt.headless=true",
-    `-Djava.io.tmpdir=${javaTmp}`,
-    `-Dlog4j2.configurationFile=${logConfig}`,
-    "-cp",
-    path.join(lib, "*")
-  ]
-
-  const launch = async () => {
-    if (child !== undefined && !child.exited) return
-    const from = fs.existsSync(log) ? fs.statSync(log).size : 0
-    const out = fs.openSync(log, "a")
-    // `nice` executes java: the pid is the JVM's, and it leads its own group.
-    const spawned = spawn(
-      "nice",
-      ["-n", "10", "java", ...jvm, "org.apache.kafka.connect.cli.ConnectStandalone", config],
-      { cwd: dir, stdio: ["ignore", out, out], detached: true }
-    )
-    fs.closeSync(out)
-    spawned.unref()
-    spawned.once("error", () => undefined)
-    const current = { process: spawned, exited: false }
-    spawned.once("exit", () => {
-      current.exited = true
-    })
-    child = current
-    tracked.update(leftover(spawned.pid === undefined ? [] : [spawned.pid]))
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      if (current.exited) throw new Error(`Kafka Connect exited while starting:\n${tail(log, from)}`)
-      if (await healthy(url)) return
-      await sleep(250)
-    }
-    throw new Error(`Kafka Connect was not ready within ${timeoutMs} ms:\n${tail(log, from)}`)
-  }
-
-  const halt = async (signal: NodeJS.Signals) => {
-    const current = child
-    if (current === undefined || current.exited || current.process.pid === undefined) return
-    try {
-      process.kill(-current.process.pid, signal)
-    } catch {
-      // gone already
-    }
-    // Polled, not awaited on the exit event alone: the child is unref'ed, and a timer keeps this process waiting.
-    const deadline = Date.now() + 60_000
-    while (!current.exited) {
-      if (signal !== "SIGKILL" && Date.now() > deadline) return halt("SIGKILL")
-      await sleep(50)
-    }
-  }
-
-  const destroy = async () => {
-    await halt("SIGKILL")
-    fs.rmSync(dir, { recursive: true, force: true })
-    tracked.release()
-  }
-
   try {
-    fs.mkdirSync(javaTmp)
     fs.writeFileSync(config, Object.entries(properties).map(([key, value]) => `${key}=${value}`).join("\n") + "\n")
-    fs.writeFileSync(logConfig, log4j)
-    await launch()
+    await server.launch()
   } catch (error) {
-    await destroy().catch(() => undefined)
+    await server.destroy().catch(() => undefined)
     throw error
   }
   return {
     url,
     dir,
-    pid: () => (child === undefined || child.exited ? undefined : child.process.pid),
-    stop: () => halt("SIGTERM"),
-    start: launch,
-    kill: () => halt("SIGKILL"),
-    destroy
+    pid: server.pid,
+    stop: () => server.halt("SIGTERM"),
+    start: server.launch,
+    kill: () => server.halt("SIGKILL"),
+    destroy: server.destroy
   }
 }
 

@@ -18,15 +18,22 @@
  * JVM, the formatting JVM and the folder are tracked (support/leftovers.ts): they go when the test process ends,
  * however it ends.
  */
-import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
-import { ensurePackage } from "./debian.js"
-import { alive, sleep, track, type Tracked } from "./leftovers.js"
+import {
+  accepts,
+  copyDependencies,
+  ensureJavaAndMaven,
+  jvmServer,
+  logSince,
+  onPath,
+  pom,
+  run,
+  sweepStaging
+} from "./jvm.js"
 
 /** The broker's version: the Maven artifacts' and the cache folder's. */
 export const kafkaVersion = "4.4.0"
@@ -66,33 +73,12 @@ export interface KafkaOptions {
   readonly properties?: Readonly<Record<string, string | number | boolean>>
 }
 
-const pom = `<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local</groupId>
-  <artifactId>effect-outbox-kafka-broker</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>${kafkaVersion}</version>
-    </dependency>
-    <!-- Kafka's pom brings slf4j-api 1.7 and no binding: without these two the broker logs nothing. -->
-    <dependency>
-      <groupId>org.slf4j</groupId>
-      <artifactId>slf4j-api</artifactId>
-      <version>2.0.17</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j2-impl</artifactId>
-      <version>2.25.5</version>
-    </dependency>
-  </dependencies>
-</project>
-`
+const brokerPom = pom("effect-outbox-kafka-broker", [
+  ["org.apache.kafka", "kafka_2.13", kafkaVersion],
+  // Kafka's pom brings slf4j-api 1.7 and no binding: without these two the broker logs nothing.
+  ["org.slf4j", "slf4j-api", "2.0.17"],
+  ["org.apache.logging.log4j", "log4j-slf4j2-impl", "2.25.5"]
+])
 
 /** The folder of the cached classpath: `<XDG_CACHE_HOME or ~/.cache>/effect-outbox/kafka-<version>`. */
 export const jarsCacheDir = (): string => {
@@ -113,59 +99,6 @@ const clusterId = (): string => {
   }
 }
 
-/** Whether an executable named `name` is on PATH. */
-export const onPath = (name: string): boolean =>
-  (process.env.PATH ?? "").split(path.delimiter).some((dir) => {
-    try {
-      fs.accessSync(path.join(dir, name), fs.constants.X_OK)
-      return true
-    } catch {
-      return false
-    }
-  })
-
-/** Java and Maven, installed from Debian when missing and we are root (Debian's maven brings Java 17). */
-export const ensureJavaAndMaven = (): void => {
-  if (onPath("java") && onPath("mvn")) return
-  const hint = "the Kafka tests need Java 17 or later (java) and Maven (mvn) on PATH: apt-get install maven " +
-    "openjdk-17-jre-headless, or set KAFKA_BOOTSTRAP to a broker of yours"
-  ensurePackage("maven", ["/usr/bin/java", "/usr/bin/mvn"], hint)
-  const missing = ["java", "mvn"].filter((name) => !onPath(name))
-  if (missing.length > 0) throw new Error(`${missing.join(" and ")} not found: ${hint}`)
-}
-
-/** Runs a command in a process group of its own, tracked until it exits; rejects with its output's tail. */
-export const run = async (
-  label: string,
-  command: string,
-  args: ReadonlyArray<string>,
-  options: { readonly cwd: string; readonly output: string; readonly env?: NodeJS.ProcessEnv }
-): Promise<void> => {
-  const out = fs.openSync(options.output, "a")
-  const child = spawn(command, args, {
-    cwd: options.cwd,
-    env: options.env ?? process.env,
-    stdio: ["ignore", out, out],
-    detached: true
-  })
-  fs.closeSync(out)
-  const tracked = child.pid === undefined
-    ? undefined
-    : track({ label, processes: [{ pid: child.pid, group: true }], dirs: [] })
-  try {
-    const code = await new Promise<number | string>((resolve, reject) => {
-      child.once("error", reject)
-      child.once("exit", (code, signal) => resolve(code ?? signal ?? "?"))
-    })
-    if (code !== 0) {
-      const tail = fs.readFileSync(options.output, "utf8").split("\n").slice(-30).join("\n")
-      throw new Error(`${label} failed (${code}):\n${tail}`)
-    }
-  } finally {
-    tracked?.release()
-  }
-}
-
 const brokerJar = `kafka_2.13-${kafkaVersion}.jar`
 
 /**
@@ -177,30 +110,10 @@ export const ensureJars = async (): Promise<string> => {
   const lib = path.join(cache, "lib")
   if (fs.existsSync(path.join(lib, brokerJar))) return lib
   ensureJavaAndMaven()
-  fs.mkdirSync(cache, { recursive: true })
-  for (const name of fs.readdirSync(cache)) {
-    const owner = /^resolve-(\d+)-/.exec(name)
-    if (owner !== null && !alive(Number(owner[1]))) fs.rmSync(path.join(cache, name), { recursive: true, force: true })
-  }
+  sweepStaging(cache)
   const staging = path.join(cache, `resolve-${process.pid}-${randomBytes(4).toString("hex")}`)
-  fs.mkdirSync(staging)
   try {
-    fs.writeFileSync(path.join(staging, "pom.xml"), pom)
-    await run("mvn (kafka jars)", "nice", [
-      "-n",
-      "19",
-      "mvn",
-      "-q",
-      "-B",
-      "dependency:copy-dependencies",
-      "-DoutputDirectory=lib",
-      "-DincludeScope=runtime"
-    ], {
-      cwd: staging,
-      output: path.join(staging, "mvn.log"),
-      // No hsperfdata file in /tmp, which a killed Maven would leave.
-      env: { ...process.env, MAVEN_OPTS: `${process.env.MAVEN_OPTS ?? ""} -XX:-UsePerfData`.trim() }
-    })
+    await copyDependencies("mvn (kafka jars)", staging, brokerPom, "lib")
     if (!fs.existsSync(path.join(staging, "lib", brokerJar))) {
       throw new Error(`mvn resolved no ${brokerJar} into ${path.join(staging, "lib")}`)
     }
@@ -233,19 +146,6 @@ logger.state.level = WARN
 
 const scramMechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"] as const
 
-/** Whether a TCP connection to 127.0.0.1:`port` succeeds (closed at once). */
-export const accepts = (port: number): Promise<boolean> =>
-  new Promise((resolve) => {
-    const socket = net.connect({ host: "127.0.0.1", port })
-    const done = (ok: boolean) => {
-      socket.destroy()
-      resolve(ok)
-    }
-    socket.setTimeout(1000, () => done(false))
-    socket.once("connect", () => done(true))
-    socket.once("error", () => done(false))
-  })
-
 /** Starts a private broker on free loopback ports (see the module's comment) and waits until it is ready. */
 export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKafka> => {
   const lib = await ensureJars()
@@ -257,13 +157,21 @@ export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKaf
   const [port, scramPort, controllerPort] = [...ports] as [number, number, number]
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `effect-outbox-kafka-${port}-`))
   const label = `kafka ${port}`
-  let child: { readonly process: ChildProcess; exited: boolean } | undefined
-  const leftover = (pids: ReadonlyArray<number>) => ({
+  const config = path.join(dir, "server.properties")
+  const log = path.join(dir, "server.log")
+  const server = jvmServer({
     label,
-    processes: pids.map((pid) => ({ pid, group: true })),
-    dirs: [dir]
+    what: "the Kafka broker",
+    dir,
+    lib,
+    log,
+    log4j,
+    heap: ["-Xms256m", "-Xmx512m"],
+    main: ["kafka.Kafka", config],
+    timeoutMs,
+    ready: async (from) =>
+      logSince(log, from).includes("Kafka Server started") && await accepts(port) && await accepts(scramPort)
   })
-  const tracked: Tracked = track(leftover([]))
   const scram: KafkaScram = {
     bootstrap: `127.0.0.1:${scramPort}`,
     username: "outbox",
@@ -311,88 +219,17 @@ export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKaf
     "background.threads": 2,
     ...options.properties
   }
-  const config = path.join(dir, "server.properties")
-  const logConfig = path.join(dir, "log4j2.properties")
-  const log = path.join(dir, "server.log")
-  const javaTmp = path.join(dir, "tmp")
-  // The JVM's own files stay in the folder: native libraries unpacked by the compression codecs (java.io.tmpdir),
-  // and no hsperfdata file in /tmp, which a killed JVM would leave.
-  const jvm = (heap: ReadonlyArray<string>) => [
-    ...heap,
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:-UsePerfData",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Djava.awt.headless=true",
-    `-Djava.io.tmpdir=${javaTmp}`,
-    `-Dlog4j2.configurationFile=${logConfig}`,
-    "-cp",
-    path.join(lib, "*")
-  ]
-
-  const launch = async () => {
-    if (child !== undefined && !child.exited) return
-    const from = fs.existsSync(log) ? fs.statSync(log).size : 0
-    const out = fs.openSync(log, "a")
-    // `nice` executes java: the pid is the JVM's, and it leads its own group.
-    const spawned = spawn("nice", ["-n", "10", "java", ...jvm(["-Xms256m", "-Xmx512m"]), "kafka.Kafka", config], {
-      cwd: dir,
-      stdio: ["ignore", out, out],
-      detached: true
-    })
-    fs.closeSync(out)
-    spawned.unref()
-    spawned.once("error", () => undefined)
-    const current = { process: spawned, exited: false }
-    spawned.once("exit", () => {
-      current.exited = true
-    })
-    child = current
-    tracked.update(leftover(spawned.pid === undefined ? [] : [spawned.pid]))
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      if (current.exited) throw new Error(`the Kafka broker exited while starting:\n${tail(log, from)}`)
-      if (startedSince(log, from) && await accepts(port) && await accepts(scramPort)) return
-      await sleep(200)
-    }
-    throw new Error(`the Kafka broker was not ready within ${timeoutMs} ms:\n${tail(log, from)}`)
-  }
-
-  const halt = async (signal: NodeJS.Signals) => {
-    const current = child
-    if (current === undefined || current.exited || current.process.pid === undefined) return
-    try {
-      process.kill(-current.process.pid, signal)
-    } catch {
-      // gone already
-    }
-    // Polled, not awaited on the exit event alone: the child is unref'ed, and a timer keeps this process waiting.
-    const deadline = Date.now() + 60_000
-    while (!current.exited) {
-      if (signal !== "SIGKILL" && Date.now() > deadline) return halt("SIGKILL")
-      await sleep(50)
-    }
-  }
-
-  const destroy = async () => {
-    await halt("SIGKILL")
-    fs.rmSync(dir, { recursive: true, force: true })
-    tracked.release()
-  }
-
   try {
-    fs.mkdirSync(javaTmp)
     fs.writeFileSync(
       config,
       Object.entries(properties).map(([key, value]) => `${key}=${value}`).join("\n") + "\n"
     )
-    fs.writeFileSync(logConfig, log4j)
     const cluster = clusterId()
     await run(`${label} (format)`, "nice", [
       "-n",
       "10",
       "java",
-      ...jvm(["-Xmx256m", "-XX:TieredStopAtLevel=1"]),
+      ...server.javaOptions(["-Xmx256m", "-XX:TieredStopAtLevel=1"]),
       "kafka.tools.StorageTool",
       "format",
       "--standalone",
@@ -405,50 +242,20 @@ export const startKafka = async (options: KafkaOptions = {}): Promise<RunningKaf
         `${mechanism}=[name=${scram.username},password=${scram.password}]`
       ])
     ], { cwd: dir, output: path.join(dir, "format.log") })
-    await launch()
+    await server.launch()
   } catch (error) {
-    await destroy().catch(() => undefined)
+    await server.destroy().catch(() => undefined)
     throw error
   }
   return {
     bootstrap: `127.0.0.1:${port}`,
     scram,
     dir,
-    pid: () => (child === undefined || child.exited ? undefined : child.process.pid),
-    stop: () => halt("SIGTERM"),
-    start: launch,
-    kill: () => halt("SIGKILL"),
-    destroy
-  }
-}
-
-/** Whether the log has the broker's "started" line after byte `from` (the current start's lines). */
-const startedSince = (log: string, from: number): boolean => {
-  try {
-    return readFrom(log, from).includes("Kafka Server started")
-  } catch {
-    return false
-  }
-}
-
-const readFrom = (file: string, from: number): string => {
-  const fd = fs.openSync(file, "r")
-  try {
-    const size = fs.fstatSync(fd).size
-    const buffer = Buffer.alloc(Math.max(0, size - from))
-    fs.readSync(fd, buffer, 0, buffer.length, from)
-    return buffer.toString("utf8")
-  } finally {
-    fs.closeSync(fd)
-  }
-}
-
-/** The last `lines` lines `file` got after byte `from` (a start's own lines), for error messages. */
-export const tail = (file: string, from: number, lines = 30): string => {
-  try {
-    return readFrom(file, from).split("\n").slice(-lines).join("\n")
-  } catch {
-    return "(no log)"
+    pid: server.pid,
+    stop: () => server.halt("SIGTERM"),
+    start: server.launch,
+    kill: () => server.halt("SIGKILL"),
+    destroy: server.destroy
   }
 }
 
