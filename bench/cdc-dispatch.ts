@@ -3,8 +3,9 @@
  * transaction, against today's polled outbox row. Each transaction inserts one business row and 1 (or 10) events of
  * a ~300-byte JSON payload, in one of these ways:
  *
- * - `none`: the business row alone (the bare INSERT the issue's 0.9× target refers to);
- * - `outbox` (c): the row `PgTransport` stores (our migrations' `messenger_messages`), left in place for a poller;
+ * - `none`: the business row alone;
+ * - `outbox` (c): the row `PgTransport` stores (our migrations' `messenger_messages`), left in place for a poller, by
+ *   a plain INSERT as bench/bare-insert.ts writes it (the "bare INSERT" of the issue's 0.9× target);
  * - `insdel` (a): an INSERT into an Event Router table (`id`, `aggregatetype`, `aggregateid`, `type`, `payload`,
  *   `traceparent`), then a DELETE of the same ids: the table stays empty, the WAL keeps the insert;
  * - `trigger` (a'): the same INSERT, the DELETE done by a statement trigger (one statement for the producer);
