@@ -266,6 +266,7 @@ const startServer = async () => {
 type Vacuum = Awaited<ReturnType<typeof vacuum>>
 type Run = Awaited<ReturnType<typeof runCase>>
 
+const spread = (values: ReadonlyArray<number>) => `${fmt(Math.min(...values))} – ${fmt(Math.max(...values))}`
 const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
 const fmt = (n: number, digits = 0) => Number.isFinite(n) ? n.toFixed(digits) : "–"
 const label: Record<Mode, string> = {
@@ -328,6 +329,7 @@ try {
     ["events/tx", (c) => c.events],
     ["producers", (c) => c.producers],
     ["tx/s", (c) => fmt(of(c, tps))],
+    ["min – max", (c) => spread(results.get(c)!.map(tps))],
     ["× (c)", (c) => ratio(c, "outbox", tps)],
     ["× business only", (c) => ratio(c, "none", tps)],
     ["WAL B/tx", (c) => fmt(of(c, wal))],
