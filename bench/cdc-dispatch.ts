@@ -267,6 +267,12 @@ type Vacuum = Awaited<ReturnType<typeof vacuum>>
 type Run = Awaited<ReturnType<typeof runCase>>
 
 const spread = (values: ReadonlyArray<number>) => `${fmt(Math.min(...values))} – ${fmt(Math.max(...values))}`
+/** How many runs' slots gave exactly the events committed, and the totals decoded / committed. */
+const exact = (runs: ReadonlyArray<Run>) => {
+  const sum = (f: (r: Run) => number) => runs.reduce((total, r) => total + f(r), 0)
+  return `${runs.filter((r) => r.decoded === r.events).length} of ${runs.length} runs ` +
+    `(${sum((r) => r.decoded ?? 0)} / ${sum((r) => r.events)})`
+}
 const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
 const fmt = (n: number, digits = 0) => Number.isFinite(n) ? n.toFixed(digits) : "–"
 const label: Record<Mode, string> = {
@@ -336,7 +342,7 @@ try {
     ["WAL B/event", (c) => perEvent(c, of(c, wal))],
     ["net B/event", (c) => perEvent(c, of(c, wal) - of(find("none", c), wal))],
     ["WAL × (c)", (c) => ratio(c, "outbox", wal)],
-    ["decoded / committed", (c) => c.slot ? results.get(c)!.map((r) => `${r.decoded}/${r.events}`).join(", ") : "–"]
+    ["decoded = committed", (c) => c.slot ? exact(results.get(c)!) : "–"]
   ], cases)
   out("")
   const v = (c: Case, f: (v: Vacuum, r: Run) => number) => of(c, (r) => f(r.vacuum!, r))
