@@ -75,7 +75,12 @@ describe("PgCdcTransport on PostgreSQL", () => {
       Effect.gen(function*() {
         const url = yield* Effect.promise(() => createDatabase("cdc"))
         const n = names()
-        const options: PgCdcTransport.Options = { table: n.table, publication: n.publication, slot: n.slot }
+        const options: PgCdcTransport.Options = {
+          mode: "table",
+          table: n.table,
+          publication: n.publication,
+          slot: n.slot
+        }
         yield* Effect.gen(function*() {
           const admin = yield* TransportAdmin
           const applied = yield* admin.setup
@@ -116,10 +121,11 @@ describe("PgCdcTransport on PostgreSQL", () => {
           expect(inserts[0]).toContain(`type[text]:'OrderPaid'`)
           expect(inserts[0]).toContain(`payload[text]:'{"orderId":1,"amount":5,"_tag":"OrderPaid"}'`)
           expect(inserts[0]).toContain(`"tenant":"acme"`)
-          expect(inserts[0]).toContain("available_at[bigint]:null")
+          expect(inserts[0]).toMatch(/available_at\[bigint\]:\d{13}/)
           // Without a key, the record's key is the message id; a delay travels as when it is due.
           expect(inserts[1]).toContain(`aggregateid[text]:'${alone}'`)
-          expect(inserts[1]).toMatch(/available_at\[bigint\]:\d{13}/)
+          const due = (line: string) => Number(/available_at\[bigint\]:(\d+)/.exec(line)![1])
+          expect(due(inserts[1]!) - due(inserts[0]!)).toBeGreaterThanOrEqual(60_000)
           expect(lines.join("\n")).not.toContain(rolledBack)
 
           const stats = yield* admin.stats("cdc")
@@ -233,7 +239,7 @@ describe("PgCdcTransport on PostgreSQL", () => {
 
   it.effect("connectorConfig: pgoutput, the publication and slot, no snapshot, the Event Router with our headers", () =>
     Effect.gen(function*() {
-      const connector = yield* PgCdcTransport.connectorConfig({ table: "app.events" }, {
+      const connector = yield* PgCdcTransport.connectorConfig({ mode: "table", table: "app.events" }, {
         name: "orders-cdc",
         database: { host: "db", port: 5432, user: "debezium", dbname: "shop" }
       })
@@ -255,23 +261,31 @@ describe("PgCdcTransport on PostgreSQL", () => {
       expect(properties).toContain(
         "transforms.outbox.table.fields.additional.placement=type:header:type,headers:header:x-outbox-headers,"
       )
-      const message = yield* PgCdcTransport.connectorConfig({ mode: "message" }, {
+      // The default: logical decoding messages, decoded before the router; no table to include.
+      const message = yield* PgCdcTransport.connectorConfig({}, {
         database: { host: "db", port: 5432, user: "debezium", dbname: "shop" }
       })
-      expect(message.config["transforms"]).toBe("decode,outbox")
+      expect(message.config).toMatchObject({
+        "transforms": "decode,outbox",
+        "message.prefix.include.list": "effect-outbox",
+        "publication.name": "outbox_events_publication"
+      })
+      expect(message.config["table.include.list"]).toBeUndefined()
     }))
 })
 
 describe("CDC end to end: Outbox.dispatch → PostgreSQL's WAL → Debezium on Kafka Connect → Kafka → the Kafka transport", () => {
-  it.live(
-    "committed dispatches are handled once each, in commit order per key; rolled-back ones never",
-    () =>
+  it.live.each(["table", "message"] as const)(
+    "%s mode: committed dispatches are handled once each, in commit order per key; rolled-back ones never",
+    (mode) =>
       Effect.gen(function*() {
         const connect = kafkaConnectUrl()
         const url = yield* Effect.promise(() => createDatabase("cdc"))
         const n = names()
         const topic = `outbox.event.${n.aggregateType}`
         const cdc: PgCdcTransport.Options = {
+          mode,
+          messagePrefix: n.table,
           table: n.table,
           publication: n.publication,
           slot: n.slot,
@@ -280,11 +294,9 @@ describe("CDC end to end: Outbox.dispatch → PostgreSQL's WAL → Debezium on K
         const effects = uniqueTable("effects")
         const handler = Handlers.handler(OrderPaid, (paid, envelope) =>
           Effect.flatMap(SqlClient.SqlClient, (sql) =>
-            sql`INSERT INTO ${
-              sql(effects)
-            } (order_id, message_id, key) VALUES (${paid.orderId}, ${envelope.messageId}, ${
-              envelope.orderingKey ?? null
-            })`), { fromTransport: "orders", idempotent: true })
+            sql`INSERT INTO ${sql(effects)} (order_id, message_id, key, tenant)
+              VALUES (${paid.orderId}, ${envelope.messageId}, ${envelope.orderingKey ?? null},
+                      ${envelope.headers.custom?.tenant ?? null})`), { fromTransport: "orders", idempotent: true })
         const layer = Layer.mergeAll(
           Outbox.layer({ routes: { OrderPaid: ["cdc"] } }),
           Handlers.layer([handler]).pipe(
@@ -307,7 +319,9 @@ describe("CDC end to end: Outbox.dispatch → PostgreSQL's WAL → Debezium on K
         )
         yield* Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient
-          yield* sql`CREATE TABLE ${sql(effects)} (n serial PRIMARY KEY, order_id int, message_id uuid, key text)`
+          yield* sql`CREATE TABLE ${
+            sql(effects)
+          } (n serial PRIMARY KEY, order_id int, message_id uuid, key text, tenant text)`
           yield* Effect.flatMap(TransportAdmin, (a) =>
             a.setup)
           const db = new URL(url)
@@ -340,7 +354,8 @@ describe("CDC end to end: Outbox.dispatch → PostgreSQL's WAL → Debezium on K
             const work = Effect.zipRight(
               sql`INSERT INTO ${sql(`${effects}_orders`)} (id) VALUES (${orderId})`,
               Outbox.dispatch(new OrderPaid({ orderId, amount: orderId }), {
-                orderingKey: keys[orderId % keys.length]!
+                orderingKey: keys[orderId % keys.length]!,
+                headers: { tenant: "acme" }
               })
             )
             if (orderId % 5 === 0) {
@@ -352,15 +367,20 @@ describe("CDC end to end: Outbox.dispatch → PostgreSQL's WAL → Debezium on K
           }
           const worker = yield* Effect.fork(Worker.run({ transports: ["orders"], concurrency: 4, sleep: "50 millis" }))
           const handled = () =>
-            sql<{ order_id: number; message_id: string; key: string }>`
-          SELECT order_id, message_id::text, key FROM ${sql(effects)} ORDER BY n`
+            sql<{ order_id: number; message_id: string; key: string; tenant: string }>`
+          SELECT order_id, message_id::text, key, tenant FROM ${sql(effects)} ORDER BY n`
           yield* handled().pipe(
             Effect.repeat({
               schedule: Schedule.spaced("200 millis"),
               until: (rows) =>
                 rows.length >= committed.length
             }),
-            Effect.timeout("90 seconds")
+            Effect.timeout("90 seconds"),
+            Effect.tapError(() =>
+              Effect.promise(async () =>
+                console.error(await (await fetch(`${connect}/connectors/${connector.name}/status`)).text())
+              )
+            )
           )
           yield* Fiber.interrupt(worker)
           const rows = yield* handled()
@@ -370,6 +390,8 @@ describe("CDC end to end: Outbox.dispatch → PostgreSQL's WAL → Debezium on K
             ).sort((a, b) => a - b)
           ).toEqual(committed)
           expect(new Set(rows.map((r) => r.message_id)).size).toBe(committed.length)
+          // The application headers travel in x-outbox-headers.
+          expect(new Set(rows.map((r) => r.tenant))).toEqual(new Set(["acme"]))
           for (const key of keys) {
             const ofKey = rows.filter((r) => r.key === key).map((r) => r.order_id)
             expect(ofKey).toEqual([...ofKey].sort((a, b) => a - b))

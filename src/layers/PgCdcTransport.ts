@@ -11,11 +11,12 @@
  * ```
  *
  * Two ways to write an event (`mode`):
+ * - `"message"` (the default): `pg_logical_emit_message(true, prefix, event)`, no table at all — the cheapest for
+ *   the producer, nothing to vacuum; the connector decodes it with Debezium's `DecodeLogicalDecodingMessageContent`
+ *   before the router. PostgreSQL 14 or later.
  * - `"table"`: a row of the event table (Debezium's default columns: `id`, `aggregatetype`, `aggregateid`, `type`,
- *   `payload`) inserted and deleted in the same transaction — the WAL keeps the insert, the table stays empty. Any
- *   PostgreSQL from 13.
- * - `"message"`: `pg_logical_emit_message(true, prefix, event)`, no table at all; the connector decodes it with
- *   Debezium's `DecodeLogicalDecodingMessageContent` before the router. PostgreSQL 14 or later.
+ *   `payload`), deleted by a trigger in the statement that inserted it — the WAL keeps the insert, the table stays
+ *   empty. PostgreSQL 13, and pipelines that read table changes only.
  *
  * Each event carries the message's stored headers (Kafka header `x-outbox-headers`), its trace context
  * (`traceparent`, `tracestate`) and, for a delayed dispatch, when it is due (`x-outbox-available-at`): the Kafka
@@ -103,19 +104,14 @@ export const make = (
         headers: m.headers.replaceAll("\u0000", "\uFFFD"),
         traceparent: m.traceparent ?? null,
         tracestate: m.tracestate ?? null,
-        availableAt: m.delayMs > 0 ? now + m.delayMs : null
+        // Always set (the dispatch time when not delayed): a logical message's decoded row has no null fields.
+        availableAt: now + Math.max(0, m.delayMs)
       }))
 
-    const write = (events: ReadonlyArray<Cdc.Event>) => {
-      if (o.mode === "message") return Effect.asVoid(Cdc.emitMessages(sql, o.messagePrefix, events))
-      const { insert, remove } = Cdc.insertThenDelete(sql, o.table, events)
-      const both = Effect.zipRight(insert, remove)
-      // Outside a transaction the row must not be seen alone: the pair gets one of its own.
-      return Effect.flatMap(
-        Effect.serviceOption(SqlClient.TransactionConnection),
-        (tx) => Effect.asVoid(Option.isSome(tx) ? both : sql.withTransaction(both))
+    const write = (events: ReadonlyArray<Cdc.Event>) =>
+      Effect.asVoid(
+        o.mode === "message" ? Cdc.emitMessages(sql, o.messagePrefix, events) : Cdc.insertEvents(sql, o.table, events)
       )
-    }
 
     const send: TransportBackend["send"] = (name, messages) =>
       Effect.flatMap(lookup(name), (aggregateType) =>
@@ -166,9 +162,15 @@ export const make = (
         })
       }
       const applied: Array<string> = []
-      if (o.mode === "table" && (yield* Cdc.tableExists(sql, o.table))[0]!.n === 0) {
-        yield* Cdc.createTable(sql, o.table)
-        applied.push(`table ${o.table}`)
+      if (o.mode === "table") {
+        if ((yield* Cdc.tableExists(sql, o.table))[0]!.n === 0) {
+          yield* Cdc.createTable(sql, o.table)
+          applied.push(`table ${o.table}`)
+        }
+        // Replaced each time: its text is the one this version runs. Its function runs with a fixed search_path,
+        // so it names the table with its schema.
+        const [{ schema }] = yield* sql<{ readonly schema: string }>`SELECT current_schema() AS schema`
+        yield* Cdc.createForgetTrigger(sql, o.table.includes(".") ? o.table : `${schema}.${o.table}`)
       }
       const [exists] = yield* Cdc.publicationExists(sql, o.publication)
       if (exists!.n === 0) {

@@ -69,11 +69,12 @@ export const connector = (
     }
     const password = options.database.password
     const table = o.table.includes(".") ? o.table : `public.${o.table}`
+    // A logical message's row has only the fields its JSON has (no trace context without a tracer): the trace
+    // context travels in x-outbox-headers there; a table's row has every column.
     const placement = [
       "type:header:type",
       "headers:header:x-outbox-headers",
-      "traceparent:header:traceparent",
-      "tracestate:header:tracestate",
+      ...(o.mode === "table" ? ["traceparent:header:traceparent", "tracestate:header:tracestate"] : []),
       "available_at:header:x-outbox-available-at"
     ].join(",")
     const config: Record<string, string> = {
@@ -109,8 +110,8 @@ export const connector = (
           "transforms": "outbox"
         }
         : {
-          // No table: the events are logical decoding messages, turned into rows of the same fields first.
-          "table.include.list": "",
+          // No table (the publication has none): the events are logical decoding messages, turned into rows of the
+          // same fields first.
           "message.prefix.include.list": o.messagePrefix,
           "transforms": "decode,outbox",
           "transforms.decode.type": "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"

@@ -40,7 +40,7 @@ export interface TransportOptions {
 /**
  * Options: the transports it serves (default `{ cdc: {} }`), the event table (default `outbox_events`), the
  * publication and the replication slot the connector uses (defaults `<table>_publication`, `<table>_slot`), the
- * mode (default `table`), the logical messages' prefix (default `effect-outbox`) and the role the connector logs
+ * mode (default `message`; `table` for PostgreSQL 13 and pipelines without Debezium's decode transform), the logical messages' prefix (default `effect-outbox`) and the role the connector logs
  * in as (default: this client's), whose right to replicate `setup` checks.
  *
  * @since 0.1.0
@@ -107,7 +107,7 @@ export const resolve = (options: Options = {}): Effect.Effect<Resolved, OutboxCo
           "and underscores, at most 63 characters"
       })
     }
-    const mode = options.mode ?? "table"
+    const mode = options.mode ?? "message"
     if (mode !== "table" && mode !== "message") {
       return yield* new OutboxConfigError({
         message: `PgCdcTransport: mode must be "table" or "message", got ${JSON.stringify(mode)}`

@@ -1,7 +1,7 @@
 /**
  * The statements of the CDC transport (PgCdcTransport): the event table in the shape Debezium's Outbox Event Router
- * reads, its publication, the dispatch (a row inserted and deleted in the caller's transaction, or a transactional
- * logical decoding message), and the server's readiness and the replication slot's lag.
+ * reads, the trigger that keeps it empty, its publication, the dispatch (a row inserted, or a transactional logical
+ * decoding message), and the server's readiness and the replication slot's lag.
  *
  * @internal
  */
@@ -18,15 +18,15 @@ export interface Event {
   readonly headers: string
   readonly traceparent: string | null
   readonly tracestate: string | null
-  /** Epoch milliseconds when the message is due, or null when due at once. */
-  readonly availableAt: number | null
+  /** Epoch milliseconds when the message is due: its dispatch time, or later when delayed. */
+  readonly availableAt: number
 }
 
 /**
  * The event table: Debezium's Outbox Event Router columns (`id`, `aggregatetype`, `aggregateid`, `type`,
  * `payload`), plus the stored headers, the trace context and the due time, which the connector places in Kafka
  * headers. `payload` is text, not jsonb: the record's value is then the message body exactly as encoded (jsonb
- * would reorder its keys and spaces). It stays empty: each row is deleted in the transaction that inserted it.
+ * would reorder its keys and spaces, and costs a parse and more WAL). It stays empty (`createForgetTrigger`).
  *
  * @internal
  */
@@ -63,23 +63,36 @@ export const readiness = (sql: SqlClient.SqlClient, role: string) =>
            current_setting('server_version_num')::int / 10000 AS major`
 
 /**
- * The events written as rows, inserted then deleted: the WAL keeps the inserts, the table nothing. Two statements,
- * run in order in the caller's transaction (a DELETE in the INSERT's statement would not see its rows). @internal
+ * The trigger that keeps the event table empty: after each INSERT statement it deletes the statement's rows (a
+ * transition table), with the table owner's rights — the producer needs INSERT only, and sends one statement. The
+ * WAL keeps the inserts, which is what the connector reads; the publication does not publish deletes. @internal
  */
-export const insertThenDelete = (sql: SqlClient.SqlClient, table: string, events: ReadonlyArray<Event>) => {
-  const t = sql(table)
-  const ids = events.map((e) => e.id)
-  return {
-    insert: sql`INSERT INTO ${t}
-        (id, aggregatetype, aggregateid, type, payload, headers, traceparent, tracestate, available_at)
-      SELECT * FROM unnest(${ids}::uuid[], ${events.map((e) => e.aggregateType)}::text[],
-                           ${events.map((e) => e.aggregateId)}::text[], ${events.map((e) => e.type)}::text[],
-                           ${events.map((e) => e.payload)}::text[], ${events.map((e) => e.headers)}::text[],
-                           ${events.map((e) => e.traceparent)}::text[], ${events.map((e) => e.tracestate)}::text[],
-                           ${events.map((e) => e.availableAt)}::bigint[])`,
-    remove: sql`DELETE FROM ${t} WHERE id = ANY(${ids}::uuid[])`
-  }
+export const createForgetTrigger = (sql: SqlClient.SqlClient, table: string) => {
+  const t = quote(table)
+  const fn = quote(`${table}_forget`)
+  const trigger = quote(`${table.split(".").pop()!}_forget`)
+  return sql.unsafe(`CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  DELETE FROM ${t} AS e USING inserted AS i WHERE e.id = i.id;
+  RETURN NULL;
+END
+$fn$;
+REVOKE ALL ON FUNCTION ${fn}() FROM PUBLIC;
+DROP TRIGGER IF EXISTS ${trigger} ON ${t};
+CREATE TRIGGER ${trigger} AFTER INSERT ON ${t} REFERENCING NEW TABLE AS inserted
+  FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`)
 }
+
+/** The events written as rows (the trigger deletes them in the same statement). @internal */
+export const insertEvents = (sql: SqlClient.SqlClient, table: string, events: ReadonlyArray<Event>) =>
+  sql`INSERT INTO ${sql(table)}
+      (id, aggregatetype, aggregateid, type, payload, headers, traceparent, tracestate, available_at)
+    SELECT * FROM unnest(${events.map((e) => e.id)}::uuid[], ${events.map((e) => e.aggregateType)}::text[],
+                         ${events.map((e) => e.aggregateId)}::text[], ${events.map((e) => e.type)}::text[],
+                         ${events.map((e) => e.payload)}::text[], ${events.map((e) => e.headers)}::text[],
+                         ${events.map((e) => e.traceparent)}::text[], ${events.map((e) => e.tracestate)}::text[],
+                         ${events.map((e) => e.availableAt)}::bigint[])`
 
 /** The JSON content of a logical decoding message: the event's columns by the Event Router's names. @internal */
 export const messageContent = (event: Event): string =>
