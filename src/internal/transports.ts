@@ -7,6 +7,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import type { TransportStats } from "../domain/Envelope.js"
 import { OutboxConfigError, TransportError, UnknownTransportError } from "../domain/Errors.js"
 import { defaultFailureTransport } from "../domain/Routing.js"
 import type { Capabilities } from "../services/Transport.js"
@@ -182,3 +183,15 @@ export const storesNothing = (options: {
     move: (from) => unsupported(from, "move")
   }
 }
+
+/** The counts of a transport that holds nothing (the sync and CDC transports). @internal */
+export const emptyStats = (name: string): TransportStats => ({
+  transport: name,
+  queue: name,
+  ready: 0,
+  delayed: 0,
+  inFlight: 0,
+  failed: 0,
+  oldestReadyAgeMs: null,
+  blockedKeys: 0
+})

@@ -40,7 +40,7 @@ import * as Option from "effect/Option"
 import type { OutgoingMessage } from "../domain/Envelope.js"
 import { OutboxConfigError, TransportError } from "../domain/Errors.js"
 import { describeError } from "../internal/describeError.js"
-import { noCapabilities, storesNothing, unknownTransport } from "../internal/transports.js"
+import { emptyStats, noCapabilities, storesNothing, unknownTransport } from "../internal/transports.js"
 import { type Capabilities, Transport } from "../services/Transport.js"
 import { TransportAdmin, type TransportBackend } from "../services/TransportAdmin.js"
 import * as CdcConnector from "./pg/cdcConnector.js"
@@ -197,14 +197,7 @@ export const make = (
       Effect.zipRight(
         lookup(name),
         Effect.map(Cdc.slotLag(sql, o.slot), ([row]) => ({
-          transport: name,
-          queue: name,
-          ready: 0,
-          delayed: 0,
-          inFlight: 0,
-          failed: 0,
-          oldestReadyAgeMs: null,
-          blockedKeys: 0,
+          ...emptyStats(name),
           slot: row === undefined ? null : {
             name: o.slot,
             active: row.active,

@@ -55,7 +55,7 @@ import * as Identifier from "../domain/Identifier.js"
 import type * as Outcome from "../domain/Outcome.js"
 import { SyncHandlingError } from "../domain/SyncErrors.js"
 import { describeError } from "../internal/describeError.js"
-import { noCapabilities, storesNothing, unknownTransport } from "../internal/transports.js"
+import { emptyStats, noCapabilities, storesNothing, unknownTransport } from "../internal/transports.js"
 import * as Handle from "../programs/worker/handle.js"
 import { Handlers, type HandlersShape } from "../services/Handlers.js"
 import type { RetryStrategyShape } from "../services/RetryStrategy.js"
@@ -205,17 +205,7 @@ const makeWith = (
       }),
       send,
       setup: Effect.succeed([]),
-      stats: (name) =>
-        Effect.as(lookup(name), {
-          transport: name,
-          queue: name,
-          ready: 0,
-          delayed: 0,
-          inFlight: 0,
-          failed: 0,
-          oldestReadyAgeMs: null,
-          blockedKeys: 0
-        })
+      stats: (name) => Effect.as(lookup(name), emptyStats(name))
     }
     return backend
   })

@@ -26,7 +26,15 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { freePort } from "../../src/programs/EmbeddedPostgres.js"
-import { copyDependencies, ensureJavaAndMaven, jvmServer, onPath, pom, sweepStaging } from "./jvm.js"
+import {
+  copyDependencies,
+  ensureJavaAndMaven,
+  jvmServer,
+  onPath,
+  pom,
+  type RunningServer,
+  sweepStaging
+} from "./jvm.js"
 import { jarsCacheDir } from "./kafka.js"
 import { sleep } from "./leftovers.js"
 
@@ -37,21 +45,9 @@ export const connectVersion = "4.3.2"
 export const debeziumVersion = "3.6.1.Final"
 
 /** A Connect worker started by the tests. */
-export interface RunningConnect {
+export interface RunningConnect extends RunningServer {
   /** `http://127.0.0.1:<port>` of its REST API. */
   readonly url: string
-  /** The worker's folder (`worker.properties`, `offsets.dat`, `connect.log`). */
-  readonly dir: string
-  /** The JVM's pid while it runs. */
-  readonly pid: () => number | undefined
-  /** Stops the worker cleanly (SIGTERM); resolves when the process is gone. */
-  readonly stop: () => Promise<void>
-  /** Starts it again on the same port and offsets; resolves when it is ready. */
-  readonly start: () => Promise<void>
-  /** Kills the worker (SIGKILL); resolves when the process is gone. */
-  readonly kill: () => Promise<void>
-  /** Kills it and removes its folder. */
-  readonly destroy: () => Promise<void>
 }
 
 /** Options of a private worker. */

@@ -157,6 +157,22 @@ export const accepts = (port: number): Promise<boolean> =>
     socket.once("error", () => done(false))
   })
 
+/** What a test does with a server it started: its folder, its pid, and its life (the data stays across restarts). */
+export interface RunningServer {
+  /** The server's folder (configuration, data, log). */
+  readonly dir: string
+  /** The JVM's pid while it runs. */
+  readonly pid: () => number | undefined
+  /** Stops it cleanly (SIGTERM), keeping its data; resolves when the process is gone. */
+  readonly stop: () => Promise<void>
+  /** Starts it again on the same ports and data; resolves when it is ready. */
+  readonly start: () => Promise<void>
+  /** Kills it (SIGKILL), keeping its data; resolves when the process is gone. */
+  readonly kill: () => Promise<void>
+  /** Kills it and removes its folder. */
+  readonly destroy: () => Promise<void>
+}
+
 /** A server JVM of the tests (see `jvmServer`). */
 export interface JvmServer {
   /** The JVM options of a java command in the server's folder, with this heap (another tool run there too). */

@@ -32,6 +32,7 @@ import {
   onPath,
   pom,
   run,
+  type RunningServer,
   sweepStaging
 } from "./jvm.js"
 
@@ -47,22 +48,10 @@ export interface KafkaScram {
 }
 
 /** A broker started by the tests. */
-export interface RunningKafka {
+export interface RunningKafka extends RunningServer {
   /** `127.0.0.1:<port>` of the PLAINTEXT listener. */
   readonly bootstrap: string
   readonly scram: KafkaScram
-  /** The broker's folder (configuration, `data`, `server.log`). */
-  readonly dir: string
-  /** The JVM's pid while it runs. */
-  readonly pid: () => number | undefined
-  /** Stops the broker cleanly (SIGTERM), keeping its data; resolves when the process is gone. */
-  readonly stop: () => Promise<void>
-  /** Starts it again on the same ports and data; resolves when it is ready. */
-  readonly start: () => Promise<void>
-  /** Kills the broker (SIGKILL), keeping its data; resolves when the process is gone. */
-  readonly kill: () => Promise<void>
-  /** Kills it and removes its folder. */
-  readonly destroy: () => Promise<void>
 }
 
 /** Options of a private broker. */
