@@ -113,16 +113,6 @@ export const make = (options: {
     /** Sessions open per transport: at 0 its member leaves its group once nothing it handed out is unsettled. */
     const holding = new Map<string, number>()
 
-    const stateOf = (member: Member, topic: string, partition: number): PartitionState => {
-      const key = `${topic}:${partition}`
-      let state = member.partitions.get(key)
-      if (state === undefined) {
-        state = Partitions.make(topic, partition)
-        member.partitions.set(key, state)
-      }
-      return state
-    }
-
     /** After a join: drops what the member no longer owns, reads the ends and commits of what it owns. */
     const onJoin = (member: Member) => {
       const owned = new Set<string>()
@@ -149,7 +139,7 @@ export const make = (options: {
       ]).then(([ends, starts, commits]) => {
         for (const { topic, partitions } of assigned) {
           for (const p of partitions) {
-            const state = stateOf(member, topic, p)
+            const state = Partitions.stateOf(member.partitions, topic, p)
             const end = ends.get(topic)?.[p] ?? -1n
             const committed = commits.get(topic)?.[p] ?? -1n
             if (state.next < 0n) {
@@ -211,7 +201,7 @@ export const make = (options: {
         // A partition another member owns now: handed out here, its records would be handled beside that member's,
         // out of their key's order, and this member would commit its offset past records nobody handled.
         if (!member.owned.has(`${record.topic}:${record.partition}`)) return
-        const state = stateOf(member, record.topic, record.partition)
+        const state = Partitions.stateOf(member.partitions, record.topic, record.partition)
         // Before its committed offset is known, a partition's records could start past it: read again from there.
         if (state.next < 0n || record.offset < state.next) return
         if (record.offset > state.next && !Partitions.realGap(state, record.offset)) {

@@ -49,6 +49,17 @@ export const make = (topic: string, partition: number): PartitionState => ({
   end: -1n
 })
 
+/** A member's state of a partition (by `topic:partition`), made when first met. @internal */
+export const stateOf = (partitions: Map<string, PartitionState>, topic: string, partition: number): PartitionState => {
+  const key = `${topic}:${partition}`
+  let state = partitions.get(key)
+  if (state === undefined) {
+    state = make(topic, partition)
+    partitions.set(key, state)
+  }
+  return state
+}
+
 /**
  * Whether a record after a gap at `state.next` is the first after it seen twice: read again from `next`, the gap
  * stays (compacted records, a transaction's marker). @internal

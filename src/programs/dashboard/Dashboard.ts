@@ -31,7 +31,7 @@ import { describeError } from "../../internal/describeError.js"
 import { Transport } from "../../services/Transport.js"
 import { TransportAdmin } from "../../services/TransportAdmin.js"
 import { applyRetry, planRetry, removeMessages } from "../operator/failedMessages.js"
-import { favicon, script, stylesheet } from "./assets.js"
+import { asset, favicon, script, stylesheet } from "./assets.js"
 import type { Html } from "./html.js"
 import { BadRequest, valueOf } from "./input.js"
 import * as Sampler from "./sampler.js"
@@ -407,13 +407,6 @@ export const router = (
       HttpRouter.get("/assets/favicon.svg", Effect.succeed(asset(favicon, "image/svg+xml"))),
       HttpRouter.all("*", Effect.succeed(page(Views.problem(frame, "Not found", "There is no such page."), 404)))
     )
-  })
-
-/** A static asset, cached briefly. */
-const asset = (body: string, contentType: string) =>
-  HttpServerResponse.text(body, {
-    contentType,
-    headers: { ...Security.headers, "cache-control": "max-age=300" }
   })
 
 /**

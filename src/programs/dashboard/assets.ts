@@ -4,6 +4,15 @@
  *
  * @internal
  */
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as Security from "./security.js"
+
+/** A static asset as served: cached briefly, with the dashboard's security headers. @internal */
+export const asset = (body: string, contentType: string) =>
+  HttpServerResponse.text(body, {
+    contentType,
+    headers: { ...Security.headers, "cache-control": "max-age=300" }
+  })
 
 /** The stylesheet. @internal */
 export const stylesheet = `
