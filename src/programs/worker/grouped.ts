@@ -22,6 +22,9 @@ import { cut, maxNameLength } from "../../internal/text.js"
 import type { HandlersShape, RegisteredHandler } from "../../services/Handlers.js"
 import * as Handle from "./handle.js"
 
+/** The exits of a message's shared calls, as built here (the one-by-one pass reads them). */
+type Exits = Map<RegisteredHandler, Exit.Exit<unknown, unknown>>
+
 /** The messages of one batch handler in a claimed batch: their indices in the batch and their envelopes. */
 interface Group {
   readonly indices: Array<number>
@@ -30,7 +33,7 @@ interface Group {
 
 /**
  * Runs the batch handlers of a claimed batch (at most `allowed` of its messages) and returns, per index, what the
- * one-by-one pass needs; `undefined` when no batch handler had two messages. Never fails. `timeoutMs` bounds a
+ * one-by-one pass needs: the decoded row, and the exits of the shared calls it was part of. Never fails. `timeoutMs` bounds a
  * call unless its handler has a timeout of its own; past it, each of its messages fails with `HandlerTimeoutError`
  * and the call is interrupted without being waited for.
  *
@@ -41,7 +44,7 @@ export const prepare = (
   registry: HandlersShape,
   allowed: number,
   timeoutMs: number
-): Effect.Effect<Array<Handle.Prepared | undefined> | undefined> =>
+): Effect.Effect<Array<Handle.Prepared | undefined>> =>
   Effect.suspend(() => {
     const prepared: Array<Handle.Prepared | undefined> = new Array(batch.length)
     const groups = new Map<RegisteredHandler, Group>()
@@ -51,27 +54,29 @@ export const prepare = (
       if (row.redelivered === true) continue
       const decoded = Handle.decode(row, registry)
       if (Either.isLeft(decoded)) continue
+      // Kept for the one-by-one pass, which then decodes no row again.
+      prepared[i] = { decoded: decoded.right, exits: undefined }
       const { envelope, handlers } = decoded.right
       const handledBy = envelope.headers.handledBy
       for (const h of handlers) {
         if (h.runBatch === undefined || handledBy?.includes(h.name) === true) continue
-        prepared[i] ??= { decoded: decoded.right, exits: new Map() }
         let group = groups.get(h)
         if (group === undefined) groups.set(h, group = { indices: [], envelopes: [] })
         group.indices.push(i)
         group.envelopes.push(envelope)
       }
     }
-    let shared = false
     for (const [h, group] of groups) {
-      if (group.indices.length > 1) shared = true
-      else groups.delete(h)
+      if (group.indices.length < 2) groups.delete(h)
     }
-    if (!shared) return Effect.succeed(undefined)
+    if (groups.size === 0) return Effect.succeed(prepared)
     return Effect.as(
       Effect.forEach(groups, ([h, group]) =>
         Effect.map(call(h, group.envelopes, timeoutMs), (exits) => {
-          for (let k = 0; k < exits.length; k++) prepared[group.indices[k]!]!.exits.set(h, exits[k]!)
+          for (let k = 0; k < exits.length; k++) {
+            const ready = prepared[group.indices[k]!] as { exits: Exits | undefined }
+            ;(ready.exits ??= new Map()).set(h, exits[k]!)
+          }
         }), { discard: true }),
       prepared
     )

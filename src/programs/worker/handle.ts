@@ -42,7 +42,8 @@ export type Decoded = {
  */
 export interface Prepared {
   readonly decoded: Decoded
-  readonly exits: Map<RegisteredHandler, Exit.Exit<unknown, unknown>>
+  /** Undefined when it was part of no shared call. */
+  readonly exits: ReadonlyMap<RegisteredHandler, Exit.Exit<unknown, unknown>> | undefined
 }
 
 type Rejected = { readonly headers: Headers.Headers; readonly error: MessageDecodeError | NoHandlerForMessageError }
@@ -202,18 +203,15 @@ const runHandlers = (
   watched: Watchdog.Watched | undefined,
   index: number,
   traced: Tracing.ProcessSpan | undefined,
-  exits: Prepared["exits"] | undefined
+  exits: Prepared["exits"]
 ): Effect.Effect<Outcome.Outcome, StorageNotReadyError> => {
-  // A batch handler that ran for the whole claimed batch: its exit for this message stands for its run.
-  const runOf = (h: RegisteredHandler) => {
-    const exit = exits?.get(h)
-    if (exit !== undefined) return exit
-    if (watched !== undefined) Watchdog.arm(watched, index, h, undefined)
-    return h.run(envelope.message, envelope)
-  }
   // hot path: one handler, first run — keep it to a few Effect operations per message (see BENCHMARKS.md)
   if (handlers.length === 1 && envelope.headers.handledBy === undefined) {
-    const run = runOf(handlers[0]!)
+    const h = handlers[0]!
+    // A batch handler that ran for the whole claimed batch: its exit for this message stands for its run.
+    const ran = exits?.get(h)
+    if (ran === undefined && watched !== undefined) Watchdog.arm(watched, index, h, undefined)
+    const run = ran ?? h.run(envelope.message, envelope)
     return Effect.matchCauseEffect(traced === undefined ? run : traced.run(run), {
       onSuccess: () =>
         Effect.succeed(Outcome.decide(Outcome.handled, envelope.transport, envelope.headers, Option.none())),
